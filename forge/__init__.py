@@ -1,0 +1,13 @@
+"""forge: a research testbed for LLM inference serving."""
+
+from forge.sampling_params import SamplingParams
+
+__all__ = ["LLM", "SamplingParams"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "LLM":  # lazy: importing forge must not pay for torch + hydra
+        from forge.llm import LLM
+
+        return LLM
+    raise AttributeError(name)

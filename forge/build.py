@@ -1,0 +1,105 @@
+"""Assemble an Engine from a composed config. Hydra's ``instantiate`` is the only factory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from forge.clock import Clock, SimulatedClock
+from forge.config import ConfigError
+from forge.engine import Engine
+from forge.kernels.base import KernelBackend, KVSpec
+from forge.kvcache.base import KVCacheManager
+from forge.models.base import Model
+from forge.policies.base import Policy
+from forge.request import Request
+from forge.runner import ModelRunner
+from forge.sampling_params import SamplingParams
+from forge.scheduler import Scheduler, SchedulerLimits
+from forge.workload import Workload
+
+
+def auto_num_blocks(
+    cfg: DictConfig, spec: KVSpec, block_size: int, clock: Clock, max_model_len: int, model: Model
+) -> int:
+    """Blocks that fit the KV memory budget: the simulated hardware's memory left after the
+    simulated weights, else ``engine.kv_cache_memory_gib`` of the real KV layout; never more
+    than every sequence at full length needs."""
+    if isinstance(clock, SimulatedClock):
+        dims = clock.cost_model.dims if hasattr(clock.cost_model, "dims") else model.dims
+        per_token = 2 * dims.num_layers * dims.num_kv_heads * dims.head_dim * dims.bytes_per_param
+        budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param
+    else:
+        per_token = spec.bytes_per_token()
+        budget = cfg.engine.kv_cache_memory_gib * 2**30
+    by_memory = int(budget // (per_token * block_size))
+    by_demand = cfg.engine.max_num_seqs * -(-max_model_len // block_size)
+    n = min(by_memory, by_demand)
+    if n < 1:
+        raise ConfigError("no memory left for the KV cache: lower the model size or set kvcache.num_blocks")
+    return n
+
+
+def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: int) -> KVCacheManager:
+    kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
+    block_size = kv_cfg.get("block_size", 16)
+    num_blocks = kv_cfg.pop("num_blocks", "auto")
+    if num_blocks == "auto":
+        num_blocks = auto_num_blocks(cfg, model.kv_spec, block_size, clock, max_model_len, model)
+    if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
+        kv_cfg["max_model_len"] = max_model_len
+    kv: KVCacheManager = instantiate(kv_cfg, num_blocks=num_blocks)
+    return kv
+
+
+def build_engine(cfg: DictConfig) -> Engine:
+    backend: KernelBackend = instantiate(cfg.backend)
+    model: Model = instantiate(cfg.model, device=str(backend.device))
+    max_model_len = min(cfg.engine.max_model_len, model.max_position)
+    clock: Clock = instantiate(cfg.clock)
+    clock.bind(model.dims)
+    kv = build_kvcache(cfg, model, clock, max_model_len)
+    policy: Policy = instantiate(cfg.scheduler)
+    limits = SchedulerLimits(
+        max_num_seqs=cfg.engine.max_num_seqs,
+        max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
+    )
+    if not limits.enable_chunked_prefill and limits.max_num_batched_tokens < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
+            "needs engine.enable_chunked_prefill=true"
+        )
+    runner = ModelRunner(model, backend, kv.num_blocks, kv.block_size, seed=cfg.seed)
+    return Engine(Scheduler(policy, kv, limits), runner, clock)
+
+
+def default_sampling(cfg: DictConfig) -> SamplingParams:
+    params: SamplingParams = instantiate(cfg.sampling)
+    return params
+
+
+def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
+    """The workload's requests with the configured sampling; output lengths set ``max_tokens``."""
+    workload: Workload = instantiate(cfg.workload)
+    base = OmegaConf.to_container(cfg.sampling, resolve=True)
+    assert isinstance(base, dict)
+    requests = []
+    for spec in workload.requests(engine.tokenizer):
+        kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
+        kwargs["max_tokens"] = spec.output_len
+        kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
+        requests.append(
+            Request(
+                request_id=spec.request_id,
+                prompt_token_ids=spec.prompt_token_ids,
+                sampling_params=SamplingParams(**kwargs),
+                arrival_time=spec.arrival_time,
+                priority=spec.priority,
+                expected_output_len=spec.output_len,
+            )
+        )
+    return requests

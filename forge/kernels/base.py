@@ -1,0 +1,116 @@
+"""The op interface every kernel backend implements.
+
+A backend owns the KV tensors (one K and one V pool per layer, shaped
+``[num_blocks, block_size, num_kv_heads, head_dim]``) and the ops that touch them.
+Block bookkeeping lives in ``forge.kvcache`` and never sees a tensor.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """Shape of the KV cache a model needs."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    def bytes_per_token(self) -> int:
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
+
+KVLayer = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Where each request's queries are in the flat batch and where its context lives.
+
+    ``query_start_loc[i]:query_start_loc[i+1]`` are request i's new tokens; its context
+    after this step is ``seq_lens[i]`` tokens, laid out in ``block_tables[i]`` (padded
+    with 0). ``slot_mapping[t]`` is the flat cache slot new token t is written to.
+    The ``*_cpu`` lists mirror the tensors for host-side loops.
+    """
+
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_size: int
+    query_lens_cpu: list[int]
+    seq_lens_cpu: list[int]
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens_cpu, default=0)
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(self.seq_lens_cpu, default=0)
+
+
+class KernelBackend(ABC):
+    """Reference semantics are those of ``TorchBackend``; other backends must match them."""
+
+    name: str = "base"
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:
+        shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        return [
+            (
+                torch.zeros(shape, dtype=spec.dtype, device=self.device),
+                torch.zeros(shape, dtype=spec.dtype, device=self.device),
+            )
+            for _ in range(spec.num_layers)
+        ]
+
+    @abstractmethod
+    def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Store ``key``/``value`` ``[T, kv_heads, head_dim]`` at flat slots ``slot_mapping [T]``."""
+
+    @abstractmethod
+    def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """Causal attention of ``query [T, heads, head_dim]`` over each request's cached context
+        (its new tokens already written). GQA when heads > kv_heads. Returns ``[T, heads, head_dim]``."""
+
+    @abstractmethod
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+    @abstractmethod
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual' = x + residual``; returns ``(rms_norm(residual'), residual')``."""
+
+    @abstractmethod
+    def rope(
+        self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary embedding (rotate-half / NeoX layout). ``cos_sin [max_pos, head_dim]`` holds
+        cos in the first half and sin in the second half of the last dim."""
+
+    @abstractmethod
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` for ``gate_up = [gate | up]`` along the last dim."""
+
+    @abstractmethod
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``x @ weight`` with ``weight`` stored ``[in_features, out_features]``."""
+
+    @abstractmethod
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor: ...

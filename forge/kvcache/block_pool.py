@@ -1,0 +1,110 @@
+"""A pool of KV blocks with an O(1) free queue and an LRU-evicted prefix cache (vLLM V1 style)."""
+
+from __future__ import annotations
+
+
+class Block:
+    __slots__ = ("block_hash", "block_id", "next", "prev", "ref_cnt")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: int | None = None
+        self.prev: Block | None = None
+        self.next: Block | None = None
+
+
+class FreeBlockQueue:
+    """Doubly linked list of free blocks: pop the head, append to the tail, remove any, all O(1).
+
+    Free blocks that still hold cached KV stay evictable: the head is the least recently
+    freed, so popping it evicts the least recently used cached block first.
+    """
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self._head = Block(-1)
+        self._tail = Block(-1)
+        self._head.next = self._tail
+        self._tail.prev = self._head
+        self.size = 0
+        for b in blocks:
+            self.append(b)
+
+    def popleft(self) -> Block:
+        block = self._head.next
+        if block is None or block is self._tail:
+            raise IndexError("no free blocks")
+        self.remove(block)
+        return block
+
+    def append(self, block: Block) -> None:
+        last = self._tail.prev
+        assert last is not None
+        last.next = block
+        block.prev = last
+        block.next = self._tail
+        self._tail.prev = block
+        self.size += 1
+
+    def remove(self, block: Block) -> None:
+        prev, nxt = block.prev, block.next
+        assert prev is not None and nxt is not None, f"block {block.block_id} is not in the free queue"
+        prev.next = nxt
+        nxt.prev = prev
+        block.prev = block.next = None
+        self.size -= 1
+
+    def __contains__(self, block: Block) -> bool:
+        return block.prev is not None
+
+
+class BlockPool:
+    """Owns every block: reference counts, the free queue and the hash -> block map."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_queue = FreeBlockQueue(self.blocks)
+        self.enable_caching = enable_caching
+        self.cached: dict[int, Block] = {}
+
+    @property
+    def num_free(self) -> int:
+        return self.free_queue.size
+
+    def allocate(self, n: int) -> list[Block] | None:
+        if n > self.free_queue.size:
+            return None
+        out = []
+        for _ in range(n):
+            block = self.free_queue.popleft()
+            if block.block_hash is not None:
+                del self.cached[block.block_hash]
+                block.block_hash = None
+            block.ref_cnt = 1
+            out.append(block)
+        return out
+
+    def free(self, blocks: list[Block]) -> None:
+        """Drop one reference from each, in order; blocks reaching 0 join the queue's tail."""
+        for block in blocks:
+            block.ref_cnt -= 1
+            assert block.ref_cnt >= 0, f"block {block.block_id} freed twice"
+            if block.ref_cnt == 0:
+                self.free_queue.append(block)
+
+    def lookup(self, block_hash: int) -> Block | None:
+        return self.cached.get(block_hash)
+
+    def acquire(self, block: Block) -> None:
+        """Take a reference to a cached block (a prefix-cache hit)."""
+        if block.ref_cnt == 0:
+            self.free_queue.remove(block)
+        block.ref_cnt += 1
+
+    def cache(self, block: Block, block_hash: int) -> None:
+        if not self.enable_caching or block.block_hash is not None:
+            return
+        if block_hash in self.cached:
+            return
+        block.block_hash = block_hash
+        self.cached[block_hash] = block

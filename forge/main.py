@@ -1,0 +1,78 @@
+"""The ``python run.py`` job: run a workload through the engine and write the run directory."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from forge.build import build_engine, workload_requests
+from forge.config import validate
+from forge.metrics import summarize
+
+
+def git_commit() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return rev.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    validate(cfg)
+    engine = build_engine(cfg)
+    requests = workload_requests(cfg, engine)
+    engine.run(requests, progress=cfg.progress)
+    rec = engine.recorder
+    req_df, step_df = rec.requests_frame(), rec.steps_frame()
+    counters = dict(engine.scheduler.kv.stats())
+    summary = summarize(req_df, step_df, counters)
+    summary["clock"] = "simulated" if engine.clock.simulated else "wall"
+    summary["commit"] = git_commit()
+    summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    req_df.to_parquet(run_dir / "requests.parquet")
+    step_df.to_parquet(run_dir / "steps.parquet")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    if cfg.report:
+        from forge.report import write_report
+
+        write_report(run_dir)
+    return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [
+        f"{'requests':<28}{summary['num_requests']}",
+        f"{'duration (s, ' + summary.get('clock', '') + ')':<28}{summary['duration_s']:.3f}",
+        f"{'tokens in / out':<28}{summary['total_input_tokens']} / {summary['total_output_tokens']}",
+        f"{'throughput (req/s)':<28}{summary['request_throughput']:.2f}",
+        f"{'output tok/s':<28}{summary['output_throughput']:.1f}",
+        f"{'total tok/s':<28}{summary['total_token_throughput']:.1f}",
+        f"{'':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)",
+    ]
+    for key in ("ttft", "tpot", "itl", "e2e"):
+        if f"p50_{key}_ms" in summary:
+            vals = "".join(f"{summary[f'{s}_{key}_ms']:>10.2f}" for s in ("mean", "p50", "p90", "p99"))
+            lines.append(f"{key.upper():<12}{vals}")
+    lines.append(f"{'preemptions':<28}{summary['num_preemptions']}")
+    lines.append(f"{'peak KV usage':<28}{summary['peak_kv_usage']:.1%}")
+    lines.append(f"{'mean batch size':<28}{summary['mean_batch_size']:.1f}")
+    if summary.get("prefix_cache_queries"):
+        rate = summary["prefix_cache_hits"] / summary["prefix_cache_queries"]
+        lines.append(f"{'prefix cache hit rate':<28}{rate:.1%}")
+    if "spec_acceptance_rate" in summary:
+        lines.append(f"{'spec acceptance rate':<28}{summary['spec_acceptance_rate']:.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""Per-request timestamps and per-step statistics, as tidy DataFrames."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from forge.kvcache.base import KVUsage
+from forge.outputs import RequestOutput, SchedulerOutput
+from forge.request import Request
+
+
+@dataclass
+class RequestTimeline:
+    request_id: str
+    arrival_time: float
+    num_prompt_tokens: int
+    priority: int
+    first_scheduled_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_output_tokens: int = 0
+    finish_time: float | None = None
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    start_time: float
+    end_time: float
+    num_seqs: int
+    num_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_waiting: int
+    num_running: int
+    num_preempted: int
+    kv_usage: float
+    kv_token_slots: int
+    kv_reserved_slots: int
+    kv_internal_frag_slots: int
+    kv_external_frag_slots: int
+    kv_free_slots: int
+    kv_total_slots: int
+
+
+class MetricsRecorder:
+    """Collects what happened; turns it into DataFrames and a summary. Holds no engine state."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, RequestTimeline] = {}
+        self.steps: list[StepRecord] = []
+        self.counters: dict[str, int] = {}
+
+    def on_arrival(self, request: Request, t: float) -> None:
+        self.requests[request.request_id] = RequestTimeline(
+            request.request_id, t, request.num_prompt_tokens, request.priority
+        )
+
+    def on_step(
+        self,
+        sched: SchedulerOutput,
+        outputs: list[RequestOutput],
+        requests: dict[str, Request],
+        start: float,
+        end: float,
+        kv: KVUsage,
+        num_running: int,
+    ) -> None:
+        prefill = decode = drafts = accepted = 0
+        for s in sched.scheduled:
+            tl = self.requests[s.request_id]
+            if tl.first_scheduled_time is None:
+                tl.first_scheduled_time = start
+            prompt_len = tl.num_prompt_tokens
+            p = max(min(s.start + s.num_tokens, prompt_len) - s.start, 0)
+            prefill += p
+            decode += s.num_tokens - p - s.num_draft_tokens
+            drafts += s.num_draft_tokens
+        for out in outputs:
+            tl = self.requests[out.request_id]
+            tl.token_times.extend([end] * len(out.new_token_ids))
+            tl.num_output_tokens = len(out.token_ids)
+            tl.num_cached_tokens = max(tl.num_cached_tokens, out.num_cached_tokens)
+            accepted += max(len(out.new_token_ids) - 1, 0)
+            if out.finished:
+                tl.finish_time = end
+                tl.finish_reason = out.finish_reason
+                tl.num_preemptions = requests[out.request_id].num_preemptions
+        self.steps.append(
+            StepRecord(
+                step=len(self.steps),
+                start_time=start,
+                end_time=end,
+                num_seqs=len(sched.scheduled),
+                num_tokens=sched.num_batched_tokens,
+                num_prefill_tokens=prefill,
+                num_decode_tokens=decode,
+                num_draft_tokens=drafts,
+                num_accepted_tokens=accepted,
+                num_waiting=sched.num_waiting,
+                num_running=num_running,
+                num_preempted=len(sched.preempted_ids),
+                kv_usage=kv.used_fraction,
+                kv_token_slots=kv.token_slots,
+                kv_reserved_slots=kv.reserved_slots,
+                kv_internal_frag_slots=kv.internal_frag_slots,
+                kv_external_frag_slots=kv.external_frag_slots,
+                kv_free_slots=kv.free_slots,
+                kv_total_slots=kv.total_slots,
+            )
+        )
+
+    def requests_frame(self) -> pd.DataFrame:
+        rows = []
+        for tl in self.requests.values():
+            times = tl.token_times
+            first = times[0] if times else None
+            n = len(times)
+            rows.append(
+                {
+                    "request_id": tl.request_id,
+                    "arrival_time": tl.arrival_time,
+                    "first_scheduled_time": tl.first_scheduled_time,
+                    "first_token_time": first,
+                    "finish_time": tl.finish_time,
+                    "num_prompt_tokens": tl.num_prompt_tokens,
+                    "num_output_tokens": tl.num_output_tokens,
+                    "num_cached_tokens": tl.num_cached_tokens,
+                    "num_preemptions": tl.num_preemptions,
+                    "priority": tl.priority,
+                    "finish_reason": tl.finish_reason,
+                    "queue_time": None
+                    if tl.first_scheduled_time is None
+                    else tl.first_scheduled_time - tl.arrival_time,
+                    "ttft": None if first is None else first - tl.arrival_time,
+                    "e2e": None if tl.finish_time is None else tl.finish_time - tl.arrival_time,
+                    "tpot": (times[-1] - times[0]) / (n - 1) if n > 1 else None,
+                    "itl": list(np.diff(times)) if n > 1 else [],
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def steps_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(s) for s in self.steps])
+
+
+def percentiles(values: Any, prefix: str) -> dict[str, float]:
+    arr = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if arr.size == 0:
+        return {}
+    out = {f"mean_{prefix}_ms": float(arr.mean() * 1e3)}
+    for p in (50, 90, 99):
+        out[f"p{p}_{prefix}_ms"] = float(np.percentile(arr, p) * 1e3)
+    return out
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, int]) -> dict[str, Any]:
+    """Headline numbers, with ``vllm bench serve``-style keys."""
+    start = float(requests["arrival_time"].min())
+    end = float(requests["finish_time"].max())
+    duration = max(end - start, 1e-12)
+    n_in = int(requests["num_prompt_tokens"].sum())
+    n_out = int(requests["num_output_tokens"].sum())
+    itl = [x for lst in requests["itl"] for x in lst]
+    summary: dict[str, Any] = {
+        "num_requests": len(requests),
+        "duration_s": duration,
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(requests) / duration,
+        "output_throughput": n_out / duration,
+        "total_token_throughput": (n_in + n_out) / duration,
+        "num_steps": len(steps),
+        "num_preemptions": int(steps["num_preempted"].sum()) if len(steps) else 0,
+        "peak_kv_usage": float(steps["kv_usage"].max()) if len(steps) else 0.0,
+        "mean_batch_size": float(steps["num_seqs"].mean()) if len(steps) else 0.0,
+    }
+    for key in ("ttft", "tpot", "e2e"):
+        summary.update(percentiles(requests[key], key))
+    summary.update(percentiles(itl, "itl"))
+    summary.update(counters)
+    return summary

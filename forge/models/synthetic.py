@@ -1,0 +1,75 @@
+"""A model with no arithmetic: the next token is a hash of the seed and the last tokens it reads
+back from the KV cache. A cache that loses, mixes or misplaces KV changes the output."""
+
+from __future__ import annotations
+
+import torch
+
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec
+from forge.models.base import ForwardBatch, Model, ModelDims
+from forge.models.presets import model_dims
+from forge.tokenizer import ByteTokenizer
+
+_FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
+
+
+class SyntheticModel(Model):
+    """Order-``order`` deterministic Markov chain over printable bytes, read from the cache.
+
+    With probability ``repetitiveness`` (decided by a hash, so still deterministic) the next
+    token depends only on the last ``order`` tokens — contexts that recur continue the same
+    way, which n-gram drafting can exploit; otherwise the position is mixed in too.
+    Output lengths come from the workload (``max_tokens``); EOS is never produced.
+    ``dims`` names the transformer whose cost the simulated clock charges for it.
+    """
+
+    def __init__(
+        self,
+        seed: int = 0,
+        order: int = 3,
+        repetitiveness: float = 0.5,
+        peak: float = 12.0,
+        vocab_size: int = 320,
+        max_position: int = 32768,
+        dims: str = "llama-3-8b",
+        device: str = "cpu",
+    ) -> None:
+        if order < 1:
+            raise ValueError(f"model.order must be >= 1, got {order}")
+        if not 0.0 <= repetitiveness <= 1.0:
+            raise ValueError(f"model.repetitiveness must be in [0, 1], got {repetitiveness}")
+        self.seed = seed
+        self.order = order
+        self.threshold = int(repetitiveness * 2**32)
+        self.peak = peak
+        self.vocab_size = vocab_size
+        self.max_position = max_position
+        self.tokenizer = ByteTokenizer(vocab_size)
+        self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype=torch.int64)
+        self.dims: ModelDims = model_dims(dims)
+        self.device = torch.device(device)
+
+    def next_token(self, context: tuple[int, ...], position: int) -> int:
+        gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
+        key = (self.seed, *context) if gate < self.threshold else (self.seed, position, *context)
+        return _FIRST + hash(key) % (_LAST - _FIRST)
+
+    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
+        meta = batch.attn
+        ids = batch.input_ids.view(-1, 1, 1)
+        backend.write_kv(kv_caches[0], ids, ids, meta.slot_mapping)
+        k_cache = kv_caches[0][0].view(-1)
+        rows = batch.logits_indices
+        positions = batch.positions[rows]
+        seq_of_row = torch.searchsorted(meta.query_start_loc, rows, right=True) - 1
+        offsets = torch.arange(-self.order + 1, 1, device=positions.device)
+        ctx_pos = positions[:, None] + offsets[None, :]
+        valid = ctx_pos >= 0
+        ctx_pos = ctx_pos.clamp(min=0)
+        bs = meta.block_size
+        blocks = meta.block_tables[seq_of_row[:, None], ctx_pos // bs]
+        ctx = torch.where(valid, k_cache[blocks * bs + ctx_pos % bs], -1)
+        tokens = [self.next_token(tuple(c), p) for c, p in zip(ctx.tolist(), positions.tolist(), strict=True)]
+        logits = torch.zeros(len(tokens), self.vocab_size, dtype=torch.float32, device=positions.device)
+        logits[torch.arange(len(tokens)), torch.tensor(tokens)] = self.peak
+        return logits

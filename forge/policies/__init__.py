@@ -1,0 +1,1 @@
+"""Scheduling policies: one file and one ``conf/scheduler/<name>.yaml`` each."""

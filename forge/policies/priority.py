@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from forge.policies.base import Policy
+from forge.request import Request
+
+
+class PriorityPolicy(Policy):
+    """Lower ``priority`` value first (vLLM's convention), ties by arrival; the
+    lowest-priority, latest request is preempted first."""
+
+    def waiting_key(self, request: Request) -> tuple[int, float, str]:
+        return (request.priority, request.arrival_time, request.request_id)

@@ -1,0 +1,97 @@
+"""Turns a SchedulerOutput into a ForwardBatch, runs the model, and samples."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
+from forge.models.base import ForwardBatch, Model
+from forge.outputs import ModelOutput, SchedulerOutput
+from forge.request import Request
+from forge.sampling import SampleRow, sample, top_logprobs
+
+
+def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.device) -> ForwardBatch:
+    """Flat input ids, positions, slot mapping and padded block tables for the scheduled chunks.
+
+    Sampling rows: the last scheduled token of each sampling request, preceded by one row per
+    draft token (the target's prediction at each draft position)."""
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    query_start = [0]
+    seq_lens: list[int] = []
+    tables: list[list[int]] = []
+    logits_rows: list[int] = []
+    for s in sched.scheduled:
+        end = s.start + s.num_tokens
+        table = s.block_table
+        input_ids.extend(s.token_ids)
+        if s.num_tokens == 1:
+            positions.append(s.start)
+            slots.append(table[s.start // block_size] * block_size + s.start % block_size)
+        else:
+            pos = range(s.start, end)
+            positions.extend(pos)
+            slots.extend(table[p // block_size] * block_size + p % block_size for p in pos)
+        query_start.append(query_start[-1] + s.num_tokens)
+        seq_lens.append(end)
+        tables.append(table[: -(-end // block_size)])
+        if s.sample:
+            logits_rows.extend(range(query_start[-1] - 1 - s.num_draft_tokens, query_start[-1]))
+    width = max((len(t) for t in tables), default=0)
+    padded = [t + [0] * (width - len(t)) for t in tables]
+
+    def tensor(x: list[int] | list[list[int]], dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(x, dtype=dtype, device=device)
+
+    attn = AttentionMetadata(
+        query_start_loc=tensor(query_start),
+        seq_lens=tensor(seq_lens),
+        block_tables=tensor(padded) if padded else torch.zeros(0, 0, dtype=torch.long, device=device),
+        slot_mapping=tensor(slots),
+        block_size=block_size,
+        query_lens_cpu=[s.num_tokens for s in sched.scheduled],
+        seq_lens_cpu=seq_lens,
+    )
+    return ForwardBatch(tensor(input_ids), tensor(positions), attn, tensor(logits_rows))
+
+
+class ModelRunner:
+    """Owns the KV tensors; one ``execute`` per engine step."""
+
+    def __init__(self, model: Model, backend: KernelBackend, num_blocks: int, block_size: int, seed: int = 0) -> None:
+        self.model = model
+        self.backend = backend
+        self.block_size = block_size
+        self.seed = seed
+        self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
+
+    def request_seed(self, request: Request) -> int:
+        seed = request.sampling_params.seed
+        return seed if seed is not None else hash((self.seed, request.request_id))
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelOutput:
+        batch = build_forward_batch(sched, self.block_size, self.backend.device)
+        logits = self.model.forward(batch, self.kv_caches, self.backend)
+        rows: list[SampleRow] = []
+        owners: list[str] = []
+        for s in sched.scheduled:
+            if not s.sample:
+                continue
+            if s.num_draft_tokens:
+                raise ValueError(f"request {s.request_id} carries draft tokens but no drafter is configured")
+            r = requests[s.request_id]
+            p = r.sampling_params
+            rows.append(SampleRow(p, self.request_seed(r), r.num_tokens, r.prompt_token_ids, r.output_token_ids))
+            owners.append(s.request_id)
+        tokens = sample(logits, rows)
+        sampled = {rid: [tok] for rid, tok in zip(owners, tokens, strict=True)}
+        logprobs: dict[str, list[dict[int, float]]] = {}
+        for i, (rid, row) in enumerate(zip(owners, rows, strict=True)):
+            if row.params.logprobs is not None:
+                logprobs[rid] = [top_logprobs(logits[i], tokens[i], row.params.logprobs)]
+        return ModelOutput(sampled, logprobs)

@@ -1,0 +1,252 @@
+"""The one scheduling loop: each step, every request gets (part of) the gap between its computed
+and known tokens, within a token budget. Chunked prefill, prefix-cache hits, decoding,
+speculative drafts and preemption by recompute are all that one mechanism."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from forge.kvcache.base import KVCacheManager
+from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.policies.base import Policy
+from forge.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+
+
+class WaitingQueue:
+    """Policy-ordered queue with O(log n) push/pop and lazy removal."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self._heap: list[tuple[Any, int, Request]] = []
+        self._counter = itertools.count()
+        self._live: dict[str, Request] = {}
+
+    def push(self, request: Request) -> None:
+        heapq.heappush(self._heap, (self._policy.waiting_key(request), next(self._counter), request))
+        self._live[request.request_id] = request
+
+    def _drop_dead(self) -> None:
+        while self._heap and self._heap[0][2].request_id not in self._live:
+            heapq.heappop(self._heap)
+
+    def peek(self) -> Request | None:
+        self._drop_dead()
+        return self._heap[0][2] if self._heap else None
+
+    def pop(self) -> Request:
+        self._drop_dead()
+        request = heapq.heappop(self._heap)[2]
+        del self._live[request.request_id]
+        return request
+
+    def remove(self, request_id: str) -> Request | None:
+        return self._live.pop(request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Any:
+        return iter(self._live.values())
+
+
+class Scheduler:
+    """Owns the waiting queue and the running list; the policy only orders them."""
+
+    def __init__(self, policy: Policy, kv: KVCacheManager, limits: SchedulerLimits) -> None:
+        self.policy = policy
+        self.kv = kv
+        self.limits = limits
+        self.waiting = WaitingQueue(policy)
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    # -- requests in and out -------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.num_tokens + 1 > self.limits.max_model_len:
+            raise ValueError(
+                f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
+                f"to generate within engine.max_model_len={self.limits.max_model_len}"
+            )
+        need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
+        capacity = self.kv.num_blocks * self.kv.block_size
+        if need > capacity:
+            raise ValueError(
+                f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
+                f"{capacity} (kvcache.num_blocks={self.kv.num_blocks} x block_size={self.kv.block_size})"
+            )
+        request.status = RequestStatus.WAITING
+        self.waiting.push(request)
+
+    def abort(self, request_id: str) -> Request | None:
+        request = self.waiting.remove(request_id)
+        if request is None:
+            request = next((r for r in self.running if r.request_id == request_id), None)
+            if request is None:
+                return None
+            self.running.remove(request)
+        self.kv.free(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        return request
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # -- one step ------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.limits.max_num_batched_tokens
+        scheduled: list[ScheduledRequest] = []
+        preempted: list[Request] = []
+        if self.policy.waiting_first:
+            budget = self._admit(budget, scheduled)
+        budget = self._schedule_running(budget, scheduled, preempted)
+        if not preempted and not self.policy.waiting_first:
+            budget = self._admit(budget, scheduled)
+        return SchedulerOutput(
+            scheduled=scheduled,
+            num_batched_tokens=self.limits.max_num_batched_tokens - budget,
+            preempted_ids=[r.request_id for r in preempted],
+            num_waiting=len(self.waiting),
+        )
+
+    def _schedule_running(self, budget: int, scheduled: list[ScheduledRequest], preempted: list[Request]) -> int:
+        done = {s.request_id for s in scheduled}
+        for request in list(self.policy.running_order(self.running)):
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING or request.request_id in done:
+                continue
+            n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
+            if n <= 0:
+                continue
+            while not self._allocate(request, n):
+                candidates = [r for r in self.running if r.request_id not in done]
+                victim = self.policy.pick_victim(candidates)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            scheduled.append(self._scheduled(request, n))
+            done.add(request.request_id)
+            budget -= n
+        return budget
+
+    def _admit(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+        while budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            request = self.waiting.peek()
+            if request is None:
+                break
+            if request.num_computed_tokens == 0:
+                request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
+            gap = request.num_tokens_with_spec - request.num_computed_tokens
+            if gap > budget and not self.limits.enable_chunked_prefill:
+                break
+            n = min(gap, budget)
+            if not self._allocate(request, n):
+                if not self.running and not scheduled:
+                    raise RuntimeError(
+                        f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
+                        f"KV cache of {self.kv.num_blocks} blocks x {self.kv.block_size}: raise kvcache.num_blocks"
+                    )
+                self.kv.free(request)
+                request.num_computed_tokens = request.num_cached_tokens = 0
+                break
+            self.waiting.pop()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            scheduled.append(self._scheduled(request, n))
+            budget -= n
+        return budget
+
+    def _allocate(self, request: Request, n: int) -> bool:
+        end = request.num_computed_tokens + n
+        return self.kv.allocate_slots(request, end, min(end, request.num_tokens))
+
+    def _scheduled(self, request: Request, n: int) -> ScheduledRequest:
+        start = request.num_computed_tokens
+        end = start + n
+        return ScheduledRequest(
+            request_id=request.request_id,
+            start=start,
+            num_tokens=n,
+            token_ids=request.token_ids(start, end),
+            block_table=self.kv.block_table(request.request_id),
+            sample=end == request.num_tokens_with_spec,
+            num_draft_tokens=max(end - request.num_tokens, 0),
+        )
+
+    def _preempt(self, request: Request) -> None:
+        """Preemption by recompute: drop the request's KV and requeue it."""
+        self.running.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = request.num_cached_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.push(request)
+
+    # -- after the model ran ---------------------------------------------------------
+    def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> list[RequestOutput]:
+        """Advance computed tokens, append accepted tokens, finish and free requests."""
+        by_id = {r.request_id: r for r in self.running}
+        outputs: list[RequestOutput] = []
+        finished: list[Request] = []
+        for s in sched.scheduled:
+            request = by_id.get(s.request_id)
+            if request is None:
+                continue
+            request.num_computed_tokens += s.num_tokens
+            if not s.sample:
+                continue
+            accepted = out.sampled_token_ids[s.request_id]
+            rejected = s.num_draft_tokens - (len(accepted) - 1)
+            request.num_computed_tokens -= rejected
+            request.spec_token_ids = []
+            new: list[int] = []
+            for token in accepted:
+                request.output_token_ids.append(token)
+                new.append(token)
+                if self._check_stop(request, token, eos_token_ids):
+                    break
+            if rejected:
+                self.kv.trim(request, request.num_computed_tokens)
+            if request.finished:
+                finished.append(request)
+            outputs.append(
+                RequestOutput(
+                    request_id=request.request_id,
+                    prompt_token_ids=request.prompt_token_ids,
+                    token_ids=request.output_token_ids,
+                    new_token_ids=new,
+                    finished=request.finished,
+                    finish_reason=request.status.value if request.finished else None,
+                    num_cached_tokens=request.num_cached_tokens,
+                )
+            )
+        if finished:
+            for request in finished:
+                self.kv.free(request)
+            done = {r.request_id for r in finished}
+            self.running = [r for r in self.running if r.request_id not in done]
+        return outputs
+
+    def _check_stop(self, request: Request, token: int, eos_token_ids: frozenset[int]) -> bool:
+        params = request.sampling_params
+        if (not params.ignore_eos and token in eos_token_ids) or token in params.stop_token_ids:
+            request.status = RequestStatus.FINISHED_STOPPED
+        elif request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.limits.max_model_len:
+            request.status = RequestStatus.FINISHED_LENGTH
+        return request.finished

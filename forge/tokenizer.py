@@ -1,0 +1,93 @@
+"""Tokenizer contract, incremental detokenization, and the byte-level tokenizer of the stand-ins."""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+
+class Tokenizer(ABC):
+    """Text <-> token ids. ``eos_token_ids`` end generation unless ``ignore_eos``."""
+
+    bos_token_id: int | None
+    eos_token_ids: frozenset[int]
+    vocab_size: int
+
+    @abstractmethod
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def special_token_ids(self) -> frozenset[int]:
+        ids = set(self.eos_token_ids)
+        if self.bos_token_id is not None:
+            ids.add(self.bos_token_id)
+        return frozenset(ids)
+
+    def random_token_ids(self, n: int, rng: random.Random) -> list[int]:
+        """``n`` seeded random ordinary tokens (no special ones), for synthetic prompts."""
+        special = self.special_token_ids()
+        out: list[int] = []
+        while len(out) < n:
+            tok = rng.randrange(self.vocab_size)
+            if tok not in special:
+                out.append(tok)
+        return out
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """Render a chat. Tokenizers without a template of their own use a plain transcript."""
+        lines = [f"{m['role']}: {m['content']}" for m in messages]
+        if add_generation_prompt:
+            lines.append("assistant:")
+        return "\n".join(lines)
+
+
+class IncrementalDetokenizer:
+    """Turns a growing token list into text deltas that never split a UTF-8 character."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = ()) -> None:
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._emitted = ""
+
+    def push(self, new_ids: Sequence[int]) -> str:
+        self._ids.extend(new_ids)
+        text = self._tok.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        delta = text[len(self._emitted) :] if text.startswith(self._emitted) else ""
+        if delta:
+            self._emitted = text
+        return delta
+
+    @property
+    def text(self) -> str:
+        return self._emitted
+
+
+class ByteTokenizer(Tokenizer):
+    """Token i < 256 is byte i; then BOS, EOS and PAD; any id above is unused vocabulary."""
+
+    def __init__(self, vocab_size: int = 320) -> None:
+        if vocab_size < 259:
+            raise ValueError(f"byte tokenizer needs vocab_size >= 259, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.bos_token_id = 256
+        self.eos_token_id = 257
+        self.pad_token_id = 258
+        self.eos_token_ids = frozenset({257})
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return [256, *ids] if add_special_tokens else ids
+
+    def random_token_ids(self, n: int, rng: random.Random) -> list[int]:
+        """Printable ASCII, so synthetic prompts read as text."""
+        return [rng.randrange(32, 127) for _ in range(n)]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        data = bytes(i for i in ids if i < 256)
+        return data.decode("utf-8", errors="replace")
