@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
 
 from forge.sampling_params import SamplingParams
 
@@ -22,6 +25,17 @@ class RequestStatus(enum.Enum):
             RequestStatus.FINISHED_LENGTH,
             RequestStatus.FINISHED_ABORTED,
         )
+
+
+class TokenConstraint(Protocol):
+    """Structured-output state of one request (see ``forge.structured``).
+
+    ``allowed_mask(vocab_size)`` is a bool tensor of the tokens allowed next (None: any);
+    ``accept(token)`` advances the state after a token is appended to the output."""
+
+    def allowed_mask(self, vocab_size: int) -> torch.Tensor | None: ...
+
+    def accept(self, token: int) -> None: ...
 
 
 @dataclass(eq=False)
@@ -45,6 +59,7 @@ class Request:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
+    constraint: TokenConstraint | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

@@ -86,7 +86,10 @@ class ModelRunner:
                 raise ValueError(f"request {s.request_id} carries draft tokens but no drafter is configured")
             r = requests[s.request_id]
             p = r.sampling_params
-            rows.append(SampleRow(p, self.request_seed(r), r.num_tokens, r.prompt_token_ids, r.output_token_ids))
+            allowed = r.constraint.allowed_mask(logits.shape[-1]) if r.constraint is not None else None
+            rows.append(
+                SampleRow(p, self.request_seed(r), r.num_tokens, r.prompt_token_ids, r.output_token_ids, allowed)
+            )
             owners.append(s.request_id)
         tokens = sample(logits, rows)
         sampled = {rid: [tok] for rid, tok in zip(owners, tokens, strict=True)}

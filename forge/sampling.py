@@ -23,6 +23,7 @@ class SampleRow:
     position: int
     prompt_ids: Sequence[int] = ()
     output_ids: Sequence[int] = ()
+    allowed: torch.Tensor | None = None
 
 
 def row_generator(seed: int, position: int, device: torch.device) -> torch.Generator:
@@ -68,6 +69,8 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample_row(logits: torch.Tensor, row: SampleRow) -> int:
+    if row.allowed is not None:
+        logits = logits.masked_fill(~row.allowed, float("-inf"))
     if row.params.needs_penalties:
         logits = apply_penalties(logits, row)
     if row.params.greedy:
@@ -79,7 +82,9 @@ def sample_row(logits: torch.Tensor, row: SampleRow) -> int:
 
 def sample(logits: torch.Tensor, rows: list[SampleRow]) -> list[int]:
     """One token per row of ``logits [len(rows), vocab]``."""
-    plain_greedy = [i for i, r in enumerate(rows) if r.params.greedy and not r.params.needs_penalties]
+    plain_greedy = [
+        i for i, r in enumerate(rows) if r.params.greedy and not r.params.needs_penalties and r.allowed is None
+    ]
     out = [0] * len(rows)
     if plain_greedy:
         idx = torch.tensor(plain_greedy, device=logits.device)

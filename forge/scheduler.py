@@ -219,6 +219,8 @@ class Scheduler:
             for token in accepted:
                 request.output_token_ids.append(token)
                 new.append(token)
+                if request.constraint is not None:
+                    request.constraint.accept(token)
                 if self._check_stop(request, token, eos_token_ids):
                     break
             if rejected:
