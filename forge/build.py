@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,7 +19,17 @@ from forge.request import Request
 from forge.runner import ModelRunner
 from forge.sampling_params import SamplingParams
 from forge.scheduler import Scheduler, SchedulerLimits
+from forge.spec.base import Drafter
 from forge.workload import Workload
+
+
+def make(group: str, node: Any, **kwargs: Any) -> Any:
+    """``instantiate`` that reports a bad setting as a ConfigError naming the group, not a deep traceback."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        raise ConfigError(f"{group}: {cause}") from cause
 
 
 def auto_num_blocks(
@@ -45,46 +56,70 @@ def auto_num_blocks(
 def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: int) -> KVCacheManager:
     kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
     block_size = kv_cfg.get("block_size", 16)
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
     num_blocks = kv_cfg.pop("num_blocks", "auto")
     if num_blocks == "auto":
         num_blocks = auto_num_blocks(cfg, model.kv_spec, block_size, clock, max_model_len, model)
     if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
         kv_cfg["max_model_len"] = max_model_len
-    kv: KVCacheManager = instantiate(kv_cfg, num_blocks=num_blocks)
+    if kv_cfg.get("num_cpu_blocks") == "auto":  # a swap space as large as the GPU pool when swapping
+        kv_cfg["num_cpu_blocks"] = num_blocks if cfg.engine.preemption_mode == "swap" else 0
+    kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
     return kv
 
 
 def build_engine(cfg: DictConfig) -> Engine:
-    backend: KernelBackend = instantiate(cfg.backend)
-    model: Model = instantiate(cfg.model, device=str(backend.device))
+    backend: KernelBackend = make("backend", cfg.backend)
+    model: Model = make("model", cfg.model, device=str(backend.device))
     max_model_len = min(cfg.engine.max_model_len, model.max_position)
-    clock: Clock = instantiate(cfg.clock)
+    clock: Clock = make("clock", cfg.clock)
     clock.bind(model.dims)
     kv = build_kvcache(cfg, model, clock, max_model_len)
-    policy: Policy = instantiate(cfg.scheduler)
+    policy: Policy = make("scheduler", cfg.scheduler)
     limits = SchedulerLimits(
         max_num_seqs=cfg.engine.max_num_seqs,
         max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
         max_model_len=max_model_len,
         enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
+        preemption_mode=cfg.engine.preemption_mode,
     )
     if not limits.enable_chunked_prefill and limits.max_num_batched_tokens < max_model_len:
         raise ConfigError(
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
-    runner = ModelRunner(model, backend, kv.num_blocks, kv.block_size, seed=cfg.seed)
-    return Engine(Scheduler(policy, kv, limits), runner, clock)
+    runner = ModelRunner(model, backend, kv.num_blocks, kv.block_size, seed=cfg.seed, num_cpu_blocks=kv.num_cpu_blocks)
+    drafter = build_drafter(cfg, backend, model)
+    return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)
+
+
+def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:
+    """``cfg.drafter`` (None: no speculation). A drafter with a ``model`` node gets that model,
+    built on the target's backend, and must share the target's vocabulary."""
+    node = cfg.get("drafter")
+    if node is None:
+        return None
+    if "model" not in node:
+        drafter: Drafter = make("drafter", node)
+        return drafter
+    draft_model: Model = make("drafter.model", node.model, device=str(backend.device))
+    if draft_model.vocab_size != target.vocab_size:
+        raise ConfigError(
+            f"drafter.model has a vocabulary of {draft_model.vocab_size} tokens, the target {target.vocab_size}"
+        )
+    drafter = make("drafter", node, model=draft_model, backend=backend)
+    return drafter
 
 
 def default_sampling(cfg: DictConfig) -> SamplingParams:
-    params: SamplingParams = instantiate(cfg.sampling)
+    params: SamplingParams = make("sampling", cfg.sampling)
     return params
 
 
 def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
     """The workload's requests with the configured sampling; output lengths set ``max_tokens``."""
-    workload: Workload = instantiate(cfg.workload)
+    workload: Workload = make("workload", cfg.workload)
     base = OmegaConf.to_container(cfg.sampling, resolve=True)
     assert isinstance(base, dict)
     requests = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ScheduledRequest:
     """Tokens [start, start + num_tokens) of one request are computed this step.
 
@@ -29,6 +29,10 @@ class SchedulerOutput:
     num_batched_tokens: int
     preempted_ids: list[str] = field(default_factory=list)
     num_waiting: int = 0
+    # KV tensor copies to do before the forward, in this order; (src, dst) block ids.
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # GPU -> CPU pool
+    copy_blocks: list[tuple[int, int]] = field(default_factory=list)  # GPU -> GPU (copy-on-write)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # CPU pool -> GPU
 
     @property
     def is_empty(self) -> bool:
@@ -43,7 +47,7 @@ class ModelOutput:
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestOutput:
     request_id: str
     prompt_token_ids: list[int]
@@ -53,3 +57,5 @@ class RequestOutput:
     finish_reason: str | None = None
     text: str = ""
     num_cached_tokens: int = 0
+    # per new token: {token id: logprob} of the chosen token and the top-k (when sampling_params.logprobs is set)
+    logprobs: list[dict[int, float]] | None = None

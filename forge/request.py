@@ -20,11 +20,10 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (
-            RequestStatus.FINISHED_STOPPED,
-            RequestStatus.FINISHED_LENGTH,
-            RequestStatus.FINISHED_ABORTED,
-        )
+        return self is not _WAITING and self is not _RUNNING
+
+
+_WAITING, _RUNNING = RequestStatus.WAITING, RequestStatus.RUNNING
 
 
 class TokenConstraint(Protocol):
@@ -85,6 +84,8 @@ class Request:
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens at positions [start, end) of prompt + output + drafts."""
         n_prompt = len(self.prompt_token_ids)
+        if end == start + 1 and start >= n_prompt and not self.spec_token_ids:  # the decode fast path
+            return [self.output_token_ids[start - n_prompt]]
         out: list[int] = []
         if start < n_prompt:
             out.extend(self.prompt_token_ids[start : min(end, n_prompt)])
@@ -99,4 +100,5 @@ class Request:
 
     @property
     def finished(self) -> bool:
-        return self.status.finished
+        status = self.status
+        return status is not _WAITING and status is not _RUNNING

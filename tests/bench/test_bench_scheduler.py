@@ -1,0 +1,65 @@
+"""Control-plane cost: one decode step of scheduler + KV bookkeeping, no model.
+
+Run: ``python -m pytest tests/bench --benchmark-enable`` (CI runs it with the timing disabled,
+as a smoke test). Save a baseline with ``--benchmark-autosave`` and compare with
+``--benchmark-compare``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from forge.kvcache.naive import NaiveKVCache
+from forge.kvcache.paged import PagedKVCache
+from forge.outputs import ModelOutput
+from forge.policies.fcfs import FCFS
+from forge.request import Request
+from forge.sampling_params import SamplingParams
+from forge.scheduler import Scheduler, SchedulerLimits
+
+EOS: frozenset[int] = frozenset()
+
+
+def decoding_scheduler(num_requests: int, num_blocks: int, kv: str = "paged") -> Scheduler:
+    """``num_requests`` requests with 128-token prompts, already prefilled and decoding."""
+    cache: Any = PagedKVCache(num_blocks, 16) if kv == "paged" else NaiveKVCache(num_blocks, 2048, 16, "oracle")
+    s = Scheduler(FCFS(), cache, SchedulerLimits(num_requests, 1 << 20, 4096))
+    for i in range(num_requests):
+        s.add_request(Request(f"r{i}", [i % 250 + 1] * 128, SamplingParams(max_tokens=1 << 20, temperature=0)))
+    out = s.schedule()
+    s.update(out, ModelOutput({x.request_id: [5] for x in out.scheduled}), EOS)
+    return s
+
+
+def one_step(s: Scheduler) -> None:
+    out = s.schedule()
+    s.update(out, ModelOutput({x.request_id: [5] for x in out.scheduled}), EOS)
+
+
+@pytest.mark.parametrize(("num_requests", "num_blocks"), [(64, 16384), (256, 32768), (256, 262144)])
+def test_decode_step(benchmark: Any, num_requests: int, num_blocks: int) -> None:
+    s = decoding_scheduler(num_requests, num_blocks)
+    benchmark(one_step, s)
+    assert len(s.running) == num_requests
+
+
+def test_decode_step_naive(benchmark: Any) -> None:
+    s = decoding_scheduler(256, 65536, kv="naive")
+    benchmark(one_step, s)
+    assert len(s.running) == 256
+
+
+def test_block_allocate_free(benchmark: Any) -> None:
+    cache = PagedKVCache(8192, 16)
+    reqs = [Request(f"r{i}", [1] * 500, SamplingParams(max_tokens=1)) for i in range(64)]
+
+    def churn() -> None:
+        for r in reqs:
+            cache.allocate_slots(r, 500, 500)
+        for r in reqs:
+            cache.free(r)
+
+    benchmark(churn)
+    assert cache.num_free_blocks() == 8192

@@ -1,0 +1,96 @@
+"""The reference kernels against straightforward dense computations."""
+
+from __future__ import annotations
+
+import torch
+
+from forge.kernels.base import AttentionMetadata
+from forge.kernels.torch_backend import TorchBackend
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [n, h, d] are the last n positions of k, v [L, kvh, d]."""
+    n, h, _ = q.shape
+    length, kvh, _ = k.shape
+    out = torch.empty_like(q)
+    for i in range(n):
+        pos = length - n + i
+        for head in range(h):
+            kh = head // (h // kvh)
+            s = (k[: pos + 1, kh] @ q[i, head]) * scale
+            out[i, head] = torch.softmax(s, 0) @ v[: pos + 1, kh]
+    return out
+
+
+def test_paged_attention_matches_dense_for_mixed_batches() -> None:
+    torch.manual_seed(0)
+    backend = TorchBackend("cpu")
+    bs, nblocks, h, kvh, d = 4, 64, 4, 2, 8
+    kv = (torch.randn(nblocks, bs, kvh, d, dtype=torch.float64), torch.randn(nblocks, bs, kvh, d, dtype=torch.float64))
+    # (context before, new tokens): a decode, a chunk with a cached prefix, a fresh prompt, a decode at a block edge
+    shapes = [(9, 1), (5, 6), (0, 7), (11, 1)]
+    perm = torch.randperm(nblocks).tolist()
+    tables, slot_rows, qs, refs = [], [], [], []
+    for ctx, n in shapes:
+        length = ctx + n
+        table = [perm.pop() for _ in range(-(-length // bs))]
+        tables.append(table)
+        k_all = kv[0][table].flatten(0, 1)[:length]
+        v_all = kv[1][table].flatten(0, 1)[:length]
+        q = torch.randn(n, h, d, dtype=torch.float64)
+        qs.append(q)
+        refs.append(dense_attention(q, k_all, v_all, 0.3))
+        slot_rows += [table[p // bs] * bs + p % bs for p in range(ctx, length)]
+    width = max(map(len, tables))
+    starts = [0]
+    for _, n in shapes:
+        starts.append(starts[-1] + n)
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor(starts),
+        seq_lens=torch.tensor([c + n for c, n in shapes]),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+        slot_mapping=torch.tensor(slot_rows),
+        block_size=bs,
+        query_lens_cpu=[n for _, n in shapes],
+        seq_lens_cpu=[c + n for c, n in shapes],
+    )
+    out = backend.attention(torch.cat(qs), kv, meta, 0.3)
+    torch.testing.assert_close(out, torch.cat(refs))
+
+
+def test_write_kv_places_rows_at_slots() -> None:
+    backend = TorchBackend("cpu")
+    kv = (torch.zeros(4, 2, 1, 3), torch.zeros(4, 2, 1, 3))
+    key = torch.arange(6.0).view(2, 1, 3)
+    backend.write_kv(kv, key, -key, torch.tensor([5, 0]))
+    assert torch.equal(kv[0][2, 1], key[0])
+    assert torch.equal(kv[0][0, 0], key[1])
+    assert torch.equal(kv[1][2, 1], -key[0])
+    assert kv[0].abs().sum() == key.abs().sum()
+
+
+def test_rope_preserves_norm_and_is_relative() -> None:
+    backend = TorchBackend("cpu")
+    d = 8
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    freqs = torch.outer(torch.arange(32, dtype=torch.float64), inv)
+    cos_sin = torch.cat((freqs.cos(), freqs.sin()), -1)
+    q = torch.randn(1, 1, d, dtype=torch.float64)
+    k = torch.randn(1, 1, d, dtype=torch.float64)
+    dots = []
+    for shift in (0, 5):
+        qr, _ = backend.rope(q, k, torch.tensor([3 + shift]), cos_sin)
+        _, kr = backend.rope(q, k, torch.tensor([1 + shift]), cos_sin)
+        dots.append(float((qr * kr).sum()))
+        torch.testing.assert_close(qr.norm(), q.norm())
+    assert abs(dots[0] - dots[1]) < 1e-9
+
+
+def test_add_rms_norm_and_silu_mul() -> None:
+    backend = TorchBackend("cpu")
+    x, r, w = torch.randn(3, 8), torch.randn(3, 8), torch.rand(8)
+    normed, res = backend.add_rms_norm(x, r, w, 1e-6)
+    torch.testing.assert_close(res, x + r)
+    torch.testing.assert_close(normed, (x + r) / (x + r).pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * w)
+    gu = torch.randn(2, 6)
+    torch.testing.assert_close(backend.silu_mul(gu), torch.nn.functional.silu(gu[:, :3]) * gu[:, 3:])
