@@ -63,7 +63,7 @@ def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: in
         num_blocks = auto_num_blocks(cfg, model.kv_spec, block_size, clock, max_model_len, model)
     if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
         kv_cfg["max_model_len"] = max_model_len
-    if kv_cfg.get("num_cpu_blocks") == "auto":  # a swap space as large as the GPU pool when swapping
+    if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
         kv_cfg["num_cpu_blocks"] = num_blocks if cfg.engine.preemption_mode == "swap" else 0
     kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
     return kv

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from forge.models.base import ModelDims
 from forge.models.presets import model_dims
@@ -27,8 +30,14 @@ class Hardware:
 
 HARDWARE: dict[str, Hardware] = {
     "a100": Hardware("A100-SXM4-80GB", 312e12, 2.039e12, 80e9, step_overhead=3e-4),
+    "a100-40gb": Hardware("A100-SXM4-40GB", 312e12, 1.555e12, 40e9, step_overhead=3e-4),
     "h100": Hardware("H100-SXM5-80GB", 989e12, 3.35e12, 80e9, step_overhead=3e-4),
     "h200": Hardware("H200-SXM-141GB", 989e12, 4.8e12, 141e9, step_overhead=3e-4),
+    # This dev machine (AMD EPYC, 2 shared cores), 1 torch thread, fp32, as measured by
+    # `python -m forge.calibrate --out reports/calibration/cpu-tiny.csv backend.num_threads=1`
+    # (reports/calibration/cpu-tiny.json: GEMM 31.1 GFLOP/s, copy 16.8 GB/s; step overhead = fitted intercept).
+    "cpu": Hardware("AMD EPYC (2 cores, measured)", 31.1e9, 16.8e9, 2.53e+10, step_overhead=3.7e-4,
+                    flops_efficiency=1.0, bw_efficiency=1.0),
 }
 
 
@@ -95,6 +104,114 @@ class RooflineCostModel(CostModel):
         return max(compute, memory) + self.hw.step_overhead
 
 
+PROFILE_FEATURES = (
+    "num_seqs",
+    "num_tokens",
+    "num_prefill_seqs",
+    "decode_context_tokens",
+    "prefill_attn_pairs",
+    "num_sampled",
+)
+
+
+def batch_features(batch: BatchShape) -> dict[str, float]:
+    """The per-step regressors of ``ProfiledCostModel`` (a query of one token counts as a decode)."""
+    prefill_seqs = 0
+    decode_ctx = 0
+    pairs = 0.0
+    for q, s in zip(batch.query_lens, batch.seq_lens, strict=True):
+        if q == 1:
+            decode_ctx += s
+        else:
+            prefill_seqs += 1
+            pairs += q * (s - (q - 1) / 2)
+    return {
+        "num_seqs": len(batch.query_lens),
+        "num_tokens": sum(batch.query_lens),
+        "num_prefill_seqs": prefill_seqs,
+        "decode_context_tokens": decode_ctx,
+        "prefill_attn_pairs": pairs,
+        "num_sampled": batch.num_sampled,
+    }
+
+
+def _nnls(a: Any, b: Any) -> Any:
+    """Least squares with non-negative coefficients (drop the most negative, refit)."""
+    import numpy as np
+
+    active = list(range(a.shape[1]))
+    coef = np.zeros(a.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (sol >= 0).all():
+            coef[active] = sol
+            break
+        del active[int(np.argmin(sol))]
+    return coef
+
+
+class ProfiledCostModel(CostModel):
+    """A linear model of measured step times: ``t = intercept + sum_k coef_k * feature_k`` over
+    ``PROFILE_FEATURES``, fitted by non-negative least squares on relative error (steps more than
+    3 MADs off, i.e. disturbed by the OS, dropped and the fit repeated) on a profile CSV written by
+    ``python -m forge.calibrate`` (one row per measured step: the feature columns + ``step_time_s``;
+    other columns are ignored). Coefficients are kept >= 0 so the model never predicts a step
+    getting cheaper as the batch grows."""
+
+    def __init__(self, coefficients: dict[str, float], intercept: float) -> None:
+        unknown = set(coefficients) - set(PROFILE_FEATURES)
+        if unknown:
+            raise ValueError(f"unknown profile features {sorted(unknown)}; known: {PROFILE_FEATURES}")
+        self.coefficients = {k: float(coefficients.get(k, 0.0)) for k in PROFILE_FEATURES}
+        self.intercept = float(intercept)
+
+    @classmethod
+    def fit(cls, rows: Sequence[Mapping[str, float]], times: Sequence[float]) -> ProfiledCostModel:
+        import numpy as np
+
+        if len(rows) < len(PROFILE_FEATURES) + 1:
+            raise ValueError(f"a profile needs at least {len(PROFILE_FEATURES) + 1} measured steps, got {len(rows)}")
+        x = np.array([[float(r[k]) for k in PROFILE_FEATURES] for r in rows])
+        y = np.asarray(times, dtype=float)
+        scale = np.maximum(np.abs(x).max(axis=0), 1e-12)
+        xs = np.hstack([np.ones((len(rows), 1)), x / scale])
+        weight = 1.0 / np.maximum(y, 1e-9)  # least squares on relative error
+        keep = np.ones(len(y), dtype=bool)
+        coef = np.zeros(xs.shape[1])
+        for _ in range(3):  # refit without steps the OS clearly disturbed (> 3 MADs of relative error)
+            coef = _nnls(xs[keep] * weight[keep, None], y[keep] * weight[keep])
+            rel = (xs @ coef - y) * weight
+            mad = float(np.median(np.abs(rel - np.median(rel)))) or 1e-12
+            keep = np.abs(rel - np.median(rel)) <= 3 * 1.4826 * mad
+        named = {k: float(coef[i + 1] / scale[i]) for i, k in enumerate(PROFILE_FEATURES)}
+        return cls(named, float(coef[0]))
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> ProfiledCostModel:
+        import pandas as pd
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"clock.profile: {str(path)!r} not found (write one with python -m forge.calibrate)"
+            )
+        df = pd.read_csv(path)
+        missing = [c for c in (*PROFILE_FEATURES, "step_time_s") if c not in df.columns]
+        if missing:
+            raise ValueError(f"clock.profile {path}: missing columns {missing}")
+        feats = df[list(PROFILE_FEATURES)].itertuples(index=False)
+        rows = [dict(zip(PROFILE_FEATURES, map(float, row), strict=True)) for row in feats]
+        return cls.fit(rows, df["step_time_s"].tolist())
+
+    def predict(self, features: Mapping[str, float]) -> float:
+        return self.intercept + sum(c * float(features[k]) for k, c in self.coefficients.items())
+
+    def step_time(self, batch: BatchShape) -> float:
+        if not batch.query_lens:
+            return 0.0
+        return self.predict(batch_features(batch))
+
+
 class Clock(ABC):
     """``now()`` in seconds since the run started. The engine calls ``step_started`` /
     ``step_finished`` around every step and ``wait_until`` when idle until an arrival."""
@@ -156,6 +273,28 @@ class SimulatedClock(Clock):
         if self._cost is None:
             raise RuntimeError("SimulatedClock.bind() must be called before stepping")
         return self._cost
+
+    def now(self) -> float:
+        return self._now
+
+    def wait_until(self, t: float) -> None:
+        self._now = max(self._now, t)
+
+    def step_finished(self, sched: SchedulerOutput) -> None:
+        self._now += self.cost_model.step_time(BatchShape.of(sched))
+
+
+class ProfiledClock(Clock):
+    """Simulated time from a ``ProfiledCostModel`` fitted to ``profile`` (a CSV of measured steps,
+    see ``python -m forge.calibrate``). KV memory is sized as for the wall clock
+    (``engine.kv_cache_memory_gib``), i.e. like the engine that was measured."""
+
+    simulated = True
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.cost_model = ProfiledCostModel.from_csv(profile)
+        self._now = 0.0
 
     def now(self) -> float:
         return self._now

@@ -33,6 +33,7 @@ class EngineConfig:
     max_model_len: int = 2048
     enable_chunked_prefill: bool = True
     kv_cache_memory_gib: float = 0.5
+    preemption_mode: str = "recompute"
 
 
 @dataclass
@@ -45,6 +46,8 @@ class ForgeConfig:
     clock: Any = None
     sampling: Any = None
     drafter: Any = None
+    structured: Any = None
+    server: Any = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     mode: str = "offline"
@@ -102,7 +105,7 @@ def _check_node(path: str, node: Any) -> None:
 
 
 def validate(cfg: DictConfig) -> None:
-    for group in (*GROUPS, "drafter"):
+    for group in (*GROUPS, "drafter", "structured", "server"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)
@@ -110,5 +113,7 @@ def validate(cfg: DictConfig) -> None:
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if e[name] < 1:
             raise ConfigError(f"engine.{name} must be >= 1, got {e[name]}")
+    if e.preemption_mode not in ("recompute", "swap"):
+        raise ConfigError(f"engine.preemption_mode must be recompute or swap, got {e.preemption_mode!r}")
     if e.kv_cache_memory_gib <= 0:
         raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")

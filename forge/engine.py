@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from tqdm import tqdm
 
 from forge.clock import Clock
+from forge.fork import fan_out
 from forge.metrics import MetricsRecorder
-from forge.outputs import RequestOutput
+from forge.outputs import ModelOutput, RequestOutput, SchedulerOutput
 from forge.request import Request
 from forge.runner import ModelRunner
 from forge.scheduler import Scheduler
+from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
 from forge.tokenizer import Tokenizer
 
 
@@ -26,12 +29,16 @@ class Engine:
         runner: ModelRunner,
         clock: Clock,
         recorder: MetricsRecorder | None = None,
+        drafter: Drafter | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.clock = clock
         self.recorder = recorder or MetricsRecorder()
         self.requests: dict[str, Request] = {}
+        self.drafter = drafter
+        self.spec_stats = SpecDecodeStats()
+        self._draft_probs: dict[str, torch.Tensor] = {}
         clock.bind(runner.model.dims)
 
     @property
@@ -39,15 +46,19 @@ class Engine:
         return self.runner.model.tokenizer
 
     def add_request(self, request: Request) -> None:
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request id {request.request_id!r}")
-        self.scheduler.add_request(request)
-        self.requests[request.request_id] = request
-        self.recorder.on_arrival(request, request.arrival_time)
+        children = fan_out(request)  # n > 1: siblings that fork onto this request's prompt KV
+        for r in (request, *children):
+            if r.request_id in self.requests:
+                raise ValueError(f"duplicate request id {r.request_id!r}")
+        self.scheduler.add_request(request, forks=children)
+        for r in (request, *children):
+            self.requests[r.request_id] = r
+            self.recorder.on_arrival(r, r.arrival_time)
 
     def abort(self, request_id: str) -> bool:
         request = self.scheduler.abort(request_id)
         self.requests.pop(request_id, None)
+        self._forget_drafts(request_id)
         return request is not None
 
     def has_unfinished(self) -> bool:
@@ -56,10 +67,13 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         self.clock.step_started()
         start = self.clock.now()
+        if self.drafter is not None:
+            self._propose_drafts()
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
-        out = self.runner.execute(sched, self.requests)
+        out = self.runner.execute(sched, self.requests, self._draft_probs)
+        self._record_verification(sched, out)
         outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
@@ -67,7 +81,39 @@ class Engine:
         for o in outputs:
             if o.finished:
                 del self.requests[o.request_id]
+                self._forget_drafts(o.request_id)
         return outputs
+
+    # -- speculative decoding ------------------------------------------------------
+    def _propose_drafts(self) -> None:
+        """Ask the drafter for drafts for decoding requests and attach them as ``spec_token_ids``."""
+        assert self.drafter is not None
+        max_len = self.scheduler.limits.max_model_len
+        limits = {r.request_id: n for r in self.scheduler.running if (n := draft_limit(r, max_len)) > 0}
+        if not limits:
+            return
+        ready = [r for r in self.scheduler.running if r.request_id in limits]
+        for rid, draft in self.drafter.propose(ready, limits).items():
+            tokens = draft.token_ids[: limits[rid]]
+            self.requests[rid].spec_token_ids = tokens
+            if draft.probs is not None:
+                self._draft_probs[rid] = draft.probs[: len(tokens)]
+            else:
+                self._draft_probs.pop(rid, None)
+
+    def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
+        for s in sched.scheduled:
+            if s.sample and s.num_draft_tokens:
+                accepted = len(out.sampled_token_ids[s.request_id]) - 1
+                self.spec_stats.record(s.num_draft_tokens, accepted)
+                self._draft_probs.pop(s.request_id, None)
+                if self.drafter is not None:
+                    self.drafter.observe(s.request_id, s.num_draft_tokens, accepted)
+
+    def _forget_drafts(self, request_id: str) -> None:
+        self._draft_probs.pop(request_id, None)
+        if self.drafter is not None:
+            self.drafter.remove(request_id)
 
     def check_idle(self) -> None:
         """Every request finished and every block free; raises LeakError otherwise."""
@@ -79,6 +125,10 @@ class Engine:
             problems.append(f"{kv.num_held()} requests still hold KV blocks")
         if kv.num_free_blocks() != kv.num_blocks:
             problems.append(f"{kv.num_blocks - kv.num_free_blocks()} of {kv.num_blocks} KV blocks not free")
+        if self.drafter is not None and self.drafter.num_tracked():
+            problems.append(f"the drafter still tracks {self.drafter.num_tracked()} requests")
+        if self._draft_probs:
+            problems.append(f"draft distributions kept for {len(self._draft_probs)} requests")
         if problems:
             raise LeakError("engine idle but " + "; ".join(problems))
 

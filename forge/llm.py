@@ -10,6 +10,7 @@ from typing import Any
 from forge.build import build_engine, default_sampling
 from forge.config import compose_config
 from forge.engine import Engine
+from forge.fork import sibling_ids
 from forge.request import Request
 from forge.sampling_params import SamplingParams
 
@@ -38,7 +39,8 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
     ) -> list[CompletionOutput]:
-        """One output per prompt, in order. A prompt is a string or a list of token ids."""
+        """One output per prompt, in order (``n`` consecutive ones for ``SamplingParams.n = n``).
+        A prompt is a string or a list of token ids."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
         batch: list[Any] = [prompts] if single else list(prompts)
         if sampling_params is None:
@@ -54,12 +56,12 @@ class LLM:
             requests.append(Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0))
         finals = self.engine.run(requests, progress=use_tqdm)
         outputs = []
-        for r in requests:
-            out = finals[r.request_id]
+        for req, rid in ((r, rid) for r in requests for rid in sibling_ids(r)):
+            out = finals[rid]
             outputs.append(
                 CompletionOutput(
-                    request_id=r.request_id,
-                    prompt_token_ids=r.prompt_token_ids,
+                    request_id=rid,
+                    prompt_token_ids=req.prompt_token_ids,
                     token_ids=list(out.token_ids),
                     text=self.tokenizer.decode(out.token_ids),
                     finish_reason=out.finish_reason,

@@ -38,6 +38,8 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     req_df, step_df = rec.requests_frame(), rec.steps_frame()
     counters = dict(engine.scheduler.kv.stats())
     summary = summarize(req_df, step_df, counters)
+    if engine.drafter is not None:
+        summary.update(engine.spec_stats.summary())
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
     summary["commit"] = git_commit()
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()

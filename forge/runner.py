@@ -11,6 +11,7 @@ from forge.models.base import ForwardBatch, Model
 from forge.outputs import ModelOutput, SchedulerOutput
 from forge.request import Request
 from forge.sampling import SampleRow, sample, top_logprobs
+from forge.spec.verify import verify_request
 
 
 def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.device) -> ForwardBatch:
@@ -62,39 +63,84 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
 class ModelRunner:
     """Owns the KV tensors; one ``execute`` per engine step."""
 
-    def __init__(self, model: Model, backend: KernelBackend, num_blocks: int, block_size: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: Model,
+        backend: KernelBackend,
+        num_blocks: int,
+        block_size: int,
+        seed: int = 0,
+        num_cpu_blocks: int = 0,
+    ) -> None:
         self.model = model
         self.backend = backend
         self.block_size = block_size
         self.seed = seed
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
+        # The swap space: the same layout in host memory.
+        spec = model.kv_spec
+        shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        self.cpu_kv_caches: list[KVLayer] = [
+            (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
+            for _ in range(spec.num_layers if num_cpu_blocks else 0)
+        ]
+
+    def apply_block_ops(self, sched: SchedulerOutput) -> None:
+        """The step's KV copies, before its forward: swap-out, copy-on-write, swap-in."""
+        self.backend.copy_blocks(self.kv_caches, self.cpu_kv_caches, sched.swap_out)
+        self.backend.copy_blocks(self.kv_caches, self.kv_caches, sched.copy_blocks)
+        self.backend.copy_blocks(self.cpu_kv_caches, self.kv_caches, sched.swap_in)
 
     def request_seed(self, request: Request) -> int:
         seed = request.sampling_params.seed
         return seed if seed is not None else hash((self.seed, request.request_id))
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput, requests: Mapping[str, Request]) -> ModelOutput:
+    def execute(
+        self,
+        sched: SchedulerOutput,
+        requests: Mapping[str, Request],
+        draft_probs: Mapping[str, torch.Tensor] | None = None,
+    ) -> ModelOutput:
+        """Run the batch; sample one token per sampling request, or verify its drafts
+        (``draft_probs``: the drafter's distributions, per request, where it has them)."""
+        self.apply_block_ops(sched)
         batch = build_forward_batch(sched, self.block_size, self.backend.device)
         logits = self.model.forward(batch, self.kv_caches, self.backend)
         rows: list[SampleRow] = []
         owners: list[str] = []
+        row_of: list[int] = []
+        sampled: dict[str, list[int]] = {}
+        logprobs: dict[str, list[dict[int, float]]] = {}
+        offset = 0
         for s in sched.scheduled:
             if not s.sample:
                 continue
-            if s.num_draft_tokens:
-                raise ValueError(f"request {s.request_id} carries draft tokens but no drafter is configured")
             r = requests[s.request_id]
+            if s.num_draft_tokens:
+                n = s.num_draft_tokens
+                q = draft_probs.get(s.request_id) if draft_probs is not None else None
+                sampled[s.request_id], lps = verify_request(
+                    logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n], q
+                )
+                if lps is not None:
+                    logprobs[s.request_id] = lps
+                offset += n + 1
+                continue
             p = r.sampling_params
             allowed = r.constraint.allowed_mask(logits.shape[-1]) if r.constraint is not None else None
+            if allowed is not None and allowed.device != logits.device:
+                allowed = allowed.to(logits.device)
             rows.append(
                 SampleRow(p, self.request_seed(r), r.num_tokens, r.prompt_token_ids, r.output_token_ids, allowed)
             )
             owners.append(s.request_id)
-        tokens = sample(logits, rows)
-        sampled = {rid: [tok] for rid, tok in zip(owners, tokens, strict=True)}
-        logprobs: dict[str, list[dict[int, float]]] = {}
+            row_of.append(offset)
+            offset += 1
+        plain = logits if offset == len(rows) else logits[torch.tensor(row_of, dtype=torch.long, device=logits.device)]
+        tokens = sample(plain, rows)
+        sampled.update({rid: [tok] for rid, tok in zip(owners, tokens, strict=True)})
         for i, (rid, row) in enumerate(zip(owners, rows, strict=True)):
             if row.params.logprobs is not None:
-                logprobs[rid] = [top_logprobs(logits[i], tokens[i], row.params.logprobs)]
+                logprobs[rid] = [top_logprobs(plain[i], tokens[i], row.params.logprobs)]
         return ModelOutput(sampled, logprobs)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from forge.kvcache.base import KVCacheManager
 from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
-from forge.policies.base import Policy
+from forge.policies.base import Policy, PolicyContext
 from forge.request import Request, RequestStatus
 
 
@@ -21,6 +22,11 @@ class SchedulerLimits:
     max_num_batched_tokens: int
     max_model_len: int
     enable_chunked_prefill: bool = True
+    preemption_mode: str = "recompute"  # recompute | swap (falls back to recompute when the KV can't swap)
+
+    def __post_init__(self) -> None:
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
 
 
 class WaitingQueue:
@@ -53,6 +59,11 @@ class WaitingQueue:
     def remove(self, request_id: str) -> Request | None:
         return self._live.pop(request_id, None)
 
+    def rekey(self) -> None:
+        """Recompute every live request's key (for policies with ``rekey_each_step``)."""
+        self._heap = [(self._policy.waiting_key(r), next(self._counter), r) for r in self._live.values()]
+        heapq.heapify(self._heap)
+
     def __len__(self) -> int:
         return len(self._live)
 
@@ -69,10 +80,15 @@ class Scheduler:
         self.limits = limits
         self.waiting = WaitingQueue(policy)
         self.running: list[Request] = []
+        self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
+        self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
+        policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
-    def add_request(self, request: Request) -> None:
+    def add_request(self, request: Request, forks: Sequence[Request] = ()) -> None:
+        """``forks``: children sampling from the same prompt (``n > 1``); once ``request`` has
+        computed its prompt each child shares its KV blocks (copy-on-write) and runs on its own."""
         if request.num_tokens + 1 > self.limits.max_model_len:
             raise ValueError(
                 f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
@@ -87,38 +103,83 @@ class Scheduler:
             )
         request.status = RequestStatus.WAITING
         self.waiting.push(request)
+        if forks:
+            self._forks[request.request_id] = list(forks)
+            for child in forks:
+                child.status = RequestStatus.WAITING
 
     def abort(self, request_id: str) -> Request | None:
         request = self.waiting.remove(request_id)
+        if request is None:
+            request = self._remove_pending(request_id)
         if request is None:
             request = next((r for r in self.running if r.request_id == request_id), None)
             if request is None:
                 return None
             self.running.remove(request)
+        for child in self._forks.pop(request_id, []):  # the parent will not fork: run them alone
+            self.waiting.push(child)
         self.kv.free(request)
         request.status = RequestStatus.FINISHED_ABORTED
         return request
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self.swapped) + sum(map(len, self._forks.values()))
+
+    def _remove_pending(self, request_id: str) -> Request | None:
+        """Take a swapped-out request or a not-yet-forked child out of its queue."""
+        for i, r in enumerate(self.swapped):
+            if r.request_id == request_id:
+                return self.swapped.pop(i)
+        for children in self._forks.values():
+            for i, r in enumerate(children):
+                if r.request_id == request_id:
+                    return children.pop(i)
+        return None
 
     # -- one step ------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        budget = self.limits.max_num_batched_tokens
+        total = budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
         scheduled: list[ScheduledRequest] = []
         preempted: list[Request] = []
+        if self.policy.rekey_each_step and len(self.waiting):
+            self.waiting.rekey()
         if self.policy.waiting_first:
-            budget = self._admit(budget, scheduled)
+            budget = self._swap_in(budget, scheduled)
+            if not self.swapped:
+                budget = self._admit(budget, scheduled)
         budget = self._schedule_running(budget, scheduled, preempted)
         if not preempted and not self.policy.waiting_first:
-            budget = self._admit(budget, scheduled)
+            budget = self._swap_in(budget, scheduled)
+            if not self.swapped:
+                budget = self._admit(budget, scheduled)
+        ops = self.kv.take_block_ops()
         return SchedulerOutput(
             scheduled=scheduled,
-            num_batched_tokens=self.limits.max_num_batched_tokens - budget,
+            num_batched_tokens=total - budget,
             preempted_ids=[r.request_id for r in preempted],
             num_waiting=len(self.waiting),
+            swap_out=ops.swap_out,
+            copy_blocks=ops.copy_blocks,
+            swap_in=ops.swap_in,
         )
+
+    def _swap_in(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+        """Bring swapped-out requests back, oldest preemption first, each with its next chunk."""
+        while self.swapped and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            request = self.swapped[0]
+            n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
+            if not self.kv.swap_in(request, request.num_computed_tokens + n):
+                break
+            self.swapped.pop(0)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            ok = self._allocate(request, n)
+            assert ok, "swap_in covered the chunk"
+            scheduled.append(self._scheduled(request, n))
+            budget -= n
+        return budget
 
     def _schedule_running(self, budget: int, scheduled: list[ScheduledRequest], preempted: list[Request]) -> int:
         done = {s.request_id for s in scheduled}
@@ -130,7 +191,11 @@ class Scheduler:
             n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
             if n <= 0:
                 continue
+            n = self._fit_drafts(request, n)
             while not self._allocate(request, n):
+                if request.spec_token_ids:  # drafts never cause a preemption: drop them first
+                    n = self._fit_drafts(request, n - len(request.spec_token_ids))
+                    continue
                 candidates = [r for r in self.running if r.request_id not in done]
                 victim = self.policy.pick_victim(candidates)
                 self._preempt(victim)
@@ -188,13 +253,31 @@ class Scheduler:
             num_draft_tokens=max(end - request.num_tokens, 0),
         )
 
+    @staticmethod
+    def _fit_drafts(request: Request, n: int) -> int:
+        """Drafts are verified in one step or not at all: drop those beyond the ``n`` tokens this
+        step gives the request; returns the tokens to schedule."""
+        keep = request.num_computed_tokens + n - request.num_tokens
+        if keep < len(request.spec_token_ids):
+            request.spec_token_ids = request.spec_token_ids[: max(keep, 0)]
+        return min(n, request.num_tokens_with_spec - request.num_computed_tokens)
+
     def _preempt(self, request: Request) -> None:
-        """Preemption by recompute: drop the request's KV and requeue it."""
+        """Preemption by swap (KV copied to the CPU pool; computed tokens kept) when configured and
+        possible, else by recompute: drop the request's KV and requeue it."""
         self.running.remove(request)
+        if self.limits.preemption_mode == "swap" and self.kv.swap_out(request):
+            request.spec_token_ids = []
+            request.num_preemptions += 1
+            request.status = RequestStatus.WAITING
+            self.num_preemptions += 1
+            self.swapped.append(request)
+            return
         self.kv.free(request)
         request.num_computed_tokens = request.num_cached_tokens = 0
         request.spec_token_ids = []
         request.num_preemptions += 1
+        request.status = RequestStatus.WAITING
         self.num_preemptions += 1
         self.waiting.push(request)
 
@@ -225,6 +308,8 @@ class Scheduler:
                     break
             if rejected:
                 self.kv.trim(request, request.num_computed_tokens)
+            if request.request_id in self._forks and request.num_computed_tokens >= request.num_prompt_tokens:
+                self._fork(request)
             if request.finished:
                 finished.append(request)
             outputs.append(
@@ -236,6 +321,7 @@ class Scheduler:
                     finished=request.finished,
                     finish_reason=request.status.value if request.finished else None,
                     num_cached_tokens=request.num_cached_tokens,
+                    logprobs=out.logprobs[s.request_id][: len(new)] if s.request_id in out.logprobs else None,
                 )
             )
         if finished:
@@ -244,6 +330,19 @@ class Scheduler:
             done = {r.request_id for r in finished}
             self.running = [r for r in self.running if r.request_id not in done]
         return outputs
+
+    def _fork(self, parent: Request) -> None:
+        """Each child shares the parent's blocks for all but the last prompt token, which it
+        recomputes itself to get its own logits (writing it copies the shared block)."""
+        for child in self._forks.pop(parent.request_id):
+            if len(self.running) < self.limits.max_num_seqs and self.kv.fork(
+                parent, child, parent.num_prompt_tokens - 1
+            ):
+                child.num_computed_tokens = parent.num_prompt_tokens - 1
+                child.status = RequestStatus.RUNNING
+                self.running.append(child)
+            else:
+                self.waiting.push(child)
 
     def _check_stop(self, request: Request, token: int, eos_token_ids: frozenset[int]) -> bool:
         params = request.sampling_params

@@ -46,26 +46,42 @@ class Tokenizer(ABC):
 
 
 class IncrementalDetokenizer:
-    """Turns a growing token list into text deltas that never split a UTF-8 character."""
+    """Turns a growing token list into text deltas that never split a UTF-8 character.
+
+    vLLM's scheme: only the window ``ids[prefix_offset:]`` is decoded per push, and the
+    delta is the text past ``decode(ids[prefix_offset:read_offset])``. Work per token is
+    bounded by the window, not the sequence. The window starts on the last few prompt
+    tokens so that the first output token decodes in context (SentencePiece decoders strip
+    the leading space of a text's first token). A window that ends in an incomplete
+    character (U+FFFD) waits for the next token; a genuine U+FFFD inside the output is
+    emitted once the text after it is complete.
+    """
+
+    CONTEXT_TOKENS = 5
 
     def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = ()) -> None:
         self._tok = tokenizer
-        self._ids: list[int] = []
-        self._emitted = ""
+        self._ids: list[int] = list(prompt_ids[-self.CONTEXT_TOKENS :]) if prompt_ids else []
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        self._chunks: list[str] = []
 
     def push(self, new_ids: Sequence[int]) -> str:
         self._ids.extend(new_ids)
-        text = self._tok.decode(self._ids)
-        if text.endswith("\ufffd"):
+        prefix_text = self._tok.decode(self._ids[self._prefix_offset : self._read_offset])
+        window_text = self._tok.decode(self._ids[self._prefix_offset :])
+        if len(window_text) <= len(prefix_text) or window_text.endswith("\ufffd"):
             return ""
-        delta = text[len(self._emitted) :] if text.startswith(self._emitted) else ""
-        if delta:
-            self._emitted = text
+        delta = window_text[len(prefix_text) :]
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        self._chunks.append(delta)
         return delta
 
     @property
     def text(self) -> str:
-        return self._emitted
+        if len(self._chunks) > 1:
+            self._chunks = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
 
 
 class ByteTokenizer(Tokenizer):

@@ -80,7 +80,7 @@ def test_greedy_outputs_do_not_depend_on_scheduling(model: str) -> None:
 
 
 def test_small_pool_actually_preempts(tmp_path: Path) -> None:
-    overrides = [*SMALL, *SCHEDULES[4], "model=synthetic", "report=false", "progress=false"]
+    overrides = [*SMALL, *SCHEDULES[4], "model=synthetic", "clock=simulated", "report=false", "progress=false"]
     summary = run_offline(compose_config(overrides), tmp_path)
     assert summary["num_preemptions"] > 0
 

@@ -79,6 +79,18 @@ class KernelBackend(ABC):
             for _ in range(spec.num_layers)
         ]
 
+    def copy_blocks(self, src: list[KVLayer], dst: list[KVLayer], pairs: list[tuple[int, int]]) -> None:
+        """For every layer, K and V block ``s`` of ``src`` copied to block ``d`` of ``dst`` for each
+        ``(s, d)`` in ``pairs`` (GPU pool <-> CPU pool for swapping, or within one pool for
+        copy-on-write). Destinations are distinct; sources are read before any is written."""
+        if not pairs:
+            return
+        src_ids = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=src[0][0].device)
+        dst_ids = torch.tensor([d for _, d in pairs], dtype=torch.long, device=dst[0][0].device)
+        for (sk, sv), (dk, dv) in zip(src, dst, strict=True):
+            dk.index_copy_(0, dst_ids, sk.index_select(0, src_ids).to(dk.device))
+            dv.index_copy_(0, dst_ids, sv.index_select(0, src_ids).to(dv.device))
+
     @abstractmethod
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         """Store ``key``/``value`` ``[T, kv_heads, head_dim]`` at flat slots ``slot_mapping [T]``."""

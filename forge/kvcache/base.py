@@ -30,6 +30,20 @@ class KVUsage:
         return 1.0 - self.free_slots / self.total_slots if self.total_slots else 0.0
 
 
+@dataclass(frozen=True)
+class BlockOps:
+    """KV tensor copies the runner must do before this step's forward, in this order:
+    ``swap_out`` (GPU block -> CPU block), ``copy_blocks`` (GPU -> GPU, copy-on-write),
+    ``swap_in`` (CPU block -> GPU block). Pairs are ``(src, dst)`` block ids."""
+
+    swap_out: list[tuple[int, int]]
+    copy_blocks: list[tuple[int, int]]
+    swap_in: list[tuple[int, int]]
+
+
+NO_BLOCK_OPS = BlockOps([], [], [])
+
+
 class KVCacheManager(ABC):
     """Maps each request to a block table over a pool of ``num_blocks`` x ``block_size`` slots.
 
@@ -40,11 +54,25 @@ class KVCacheManager(ABC):
       ``num_tokens`` positions, all-or-nothing; False if the pool cannot. The first
       ``num_cacheable`` tokens are final (no drafts) and may be shared by prefix caching.
     - ``trim(req, num_tokens)`` gives back blocks past ``num_tokens`` (rejected drafts).
-    - ``free(req)`` releases everything the request holds; unknown ids are a no-op.
+    - ``free(req)`` releases everything the request holds (GPU and CPU); unknown ids are a no-op.
+
+    Optional abilities (the defaults say "not supported" and the scheduler falls back):
+
+    - ``cached_prefix_len(req)``: tokens of ``req`` a ``match_prefix`` would hit now; a pure query.
+    - ``fork(parent, child, num_tokens)``: ``child`` shares (references) the parent's blocks
+      holding its first ``num_tokens`` tokens; a later write into a shared block copies it
+      first (copy-on-write). False if unsupported.
+    - ``swap_out(req)``: copy the request's blocks to the CPU pool and free them on the
+      GPU; False if unsupported or the CPU pool is full. ``swap_in(req, num_tokens)``:
+      bring them back into fresh GPU blocks covering ``num_tokens`` positions,
+      all-or-nothing; False if the GPU pool cannot. The request keeps its computed tokens.
+    - ``take_block_ops()``: the tensor copies (swap, copy-on-write) decided since the
+      last call, for the runner; the scheduler calls it once per step.
     """
 
     num_blocks: int
     block_size: int
+    num_cpu_blocks: int = 0
 
     @abstractmethod
     def match_prefix(self, request: Request) -> int: ...
@@ -75,6 +103,24 @@ class KVCacheManager(ABC):
     def num_held(self) -> int:
         """Requests currently holding blocks (the engine checks it drops to 0)."""
         return 0
+
+    def num_free_cpu_blocks(self) -> int:
+        return self.num_cpu_blocks
+
+    def cached_prefix_len(self, request: Request) -> int:
+        return 0
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> bool:
+        return False
+
+    def swap_out(self, request: Request) -> bool:
+        return False
+
+    def swap_in(self, request: Request, num_tokens: int) -> bool:
+        return False
+
+    def take_block_ops(self) -> BlockOps:
+        return NO_BLOCK_OPS
 
     def stats(self) -> dict[str, int]:
         """Counters such as prefix-cache queries and hits."""

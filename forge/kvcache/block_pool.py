@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class Block:
     __slots__ = ("block_hash", "block_id", "next", "prev", "ref_cnt")
@@ -56,6 +58,13 @@ class FreeBlockQueue:
 
     def __contains__(self, block: Block) -> bool:
         return block.prev is not None
+
+    def __iter__(self) -> Iterator[Block]:
+        """Head (next to evict) to tail."""
+        block = self._head.next
+        while block is not None and block is not self._tail:
+            yield block
+            block = block.next
 
 
 class BlockPool:

@@ -41,15 +41,30 @@ class LlamaConfig:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
 
 
+class PackedLinear:
+    """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
+    ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+LinearWeight = torch.Tensor | PackedLinear
+
+
+def apply_linear(backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:
+    return weight(x) if isinstance(weight, PackedLinear) else backend.linear(x, weight)
+
+
 @dataclass
 class LlamaLayer:
     attn_norm: torch.Tensor
-    wqkv: torch.Tensor
+    wqkv: LinearWeight
     bqkv: torch.Tensor | None
-    wo: torch.Tensor
+    wo: LinearWeight
     mlp_norm: torch.Tensor
-    w_gate_up: torch.Tensor
-    w_down: torch.Tensor
+    w_gate_up: LinearWeight
+    w_down: LinearWeight
 
 
 def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
@@ -93,7 +108,7 @@ class Llama(Model):
         layers: list[LlamaLayer],
         embed: torch.Tensor,
         norm: torch.Tensor,
-        lm_head: torch.Tensor,
+        lm_head: LinearWeight,
         tokenizer: Tokenizer,
     ) -> None:
         self.config = config
@@ -178,20 +193,21 @@ class Llama(Model):
                 x = backend.rms_norm(h, layer.attn_norm, eps)
             else:
                 x, residual = backend.add_rms_norm(h, residual, layer.attn_norm, eps)
-            qkv = backend.linear(x, layer.wqkv)
+            qkv = apply_linear(backend, x, layer.wqkv)
             if layer.bqkv is not None:
                 qkv = qkv + layer.bqkv
             q, k, v = qkv.split((nq * d, nkv * d, nkv * d), dim=-1)
             q, k = backend.rope(q.view(-1, nq, d), k.view(-1, nkv, d), batch.positions, self.cos_sin)
             backend.write_kv(kv, k, v.view(-1, nkv, d), meta.slot_mapping)
             attn = backend.attention(q, kv, meta, scale)
-            h = backend.linear(attn.reshape(-1, nq * d), layer.wo)
+            h = apply_linear(backend, attn.reshape(-1, nq * d), layer.wo)
             x, residual = backend.add_rms_norm(h, residual, layer.mlp_norm, eps)
-            h = backend.linear(backend.silu_mul(backend.linear(x, layer.w_gate_up)), layer.w_down)
+            gate_up = apply_linear(backend, x, layer.w_gate_up)
+            h = apply_linear(backend, backend.silu_mul(gate_up), layer.w_down)
         assert residual is not None
         rows = batch.logits_indices
         x, _ = backend.add_rms_norm(h[rows], residual[rows], self.norm, eps)
-        return backend.linear(x, self.lm_head).float()
+        return apply_linear(backend, x, self.lm_head).float()
 
 
 def random_state_dict(config: LlamaConfig, seed: int) -> dict[str, torch.Tensor]:

@@ -8,6 +8,8 @@ MODEL_PRESETS: dict[str, ModelDims] = {
     "llama-3-8b": ModelDims(32, 4096, 32, 8, 128, 14336, 128256),
     "llama-2-7b": ModelDims(32, 4096, 32, 32, 128, 11008, 32000),
     "llama-2-13b": ModelDims(40, 5120, 40, 40, 128, 13824, 32000),
+    # OPT-13B (vLLM paper): MHA, 2-matrix MLP of 20480 — expressed as a gated MLP of equal size (2/3 x 20480).
+    "opt-13b": ModelDims(40, 5120, 40, 40, 128, 13653, 50272),
     "mistral-7b": ModelDims(32, 4096, 32, 8, 128, 14336, 32000),
     "smollm2-135m": ModelDims(30, 576, 9, 3, 64, 1536, 49152),
     "tinyllama-1.1b": ModelDims(22, 2048, 32, 4, 64, 5632, 32000),

@@ -3,6 +3,9 @@ back from the KV cache. A cache that loses, mixes or misplaces KV changes the ou
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
 import torch
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
@@ -58,18 +61,40 @@ class SyntheticModel(Model):
         meta = batch.attn
         ids = batch.input_ids.view(-1, 1, 1)
         backend.write_kv(kv_caches[0], ids, ids, meta.slot_mapping)
-        k_cache = kv_caches[0][0].view(-1)
-        rows = batch.logits_indices
-        positions = batch.positions[rows]
-        seq_of_row = torch.searchsorted(meta.query_start_loc, rows, right=True) - 1
-        offsets = torch.arange(-self.order + 1, 1, device=positions.device)
-        ctx_pos = positions[:, None] + offsets[None, :]
-        valid = ctx_pos >= 0
-        ctx_pos = ctx_pos.clamp(min=0)
+        rows = batch.logits_indices.tolist()
+        device = batch.input_ids.device
+        logits = torch.zeros(len(rows), self.vocab_size, dtype=torch.float32, device=device)
+        if not rows:
+            return logits
+        # Host-side index arithmetic: the positions of a request's queries are contiguous and end
+        # at its seq_len, so row r of request i sits at position seq_lens[i] - (query_end[i] - r).
+        ends = list(itertools.accumulate(meta.query_lens_cpu))
         bs = meta.block_size
-        blocks = meta.block_tables[seq_of_row[:, None], ctx_pos // bs]
-        ctx = torch.where(valid, k_cache[blocks * bs + ctx_pos % bs], -1)
-        tokens = [self.next_token(tuple(c), p) for c, p in zip(ctx.tolist(), positions.tolist(), strict=True)]
-        logits = torch.zeros(len(tokens), self.vocab_size, dtype=torch.float32, device=positions.device)
-        logits[torch.arange(len(tokens)), torch.tensor(tokens)] = self.peak
+        positions: list[int] = []
+        seqs: list[int] = []
+        blocks: list[int] = []
+        for r in rows:
+            i = bisect.bisect_right(ends, r)
+            pos = meta.seq_lens_cpu[i] - (ends[i] - r)
+            positions.append(pos)
+            for p in range(max(pos - self.order + 1, 0), pos + 1):
+                seqs.append(i)
+                blocks.append(p // bs)
+        block_ids = meta.block_tables[torch.tensor(seqs, device=device), torch.tensor(blocks, device=device)].tolist()
+        slots: list[int] = []
+        j = 0
+        for pos in positions:
+            for p in range(max(pos - self.order + 1, 0), pos + 1):
+                slots.append(block_ids[j] * bs + p % bs)
+                j += 1
+        read = kv_caches[0][0].view(-1)[torch.tensor(slots, device=device)].tolist()  # the context, from the cache
+        tokens: list[int] = []
+        j = 0
+        for pos in positions:
+            n = min(pos + 1, self.order)
+            ctx = (-1,) * (self.order - n) + tuple(read[j : j + n])
+            j += n
+            tokens.append(self.next_token(ctx, pos))
+        cols = torch.tensor(tokens, dtype=torch.long, device=device)
+        logits[torch.arange(len(tokens), device=device), cols] = self.peak
         return logits

@@ -1,0 +1,1 @@
+"""Benchmarks that need hardware CI lacks (run by hand)."""

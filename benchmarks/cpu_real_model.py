@@ -1,0 +1,184 @@
+"""SmolLM2-135M on CPU: forge vs transformers vs llama.cpp, greedy, side by side in one run.
+
+    python -m benchmarks.cpu_real_model [--requests 64 --prompt-len 128 --output-len 128]
+
+Throughput: ``requests`` prompts of ``prompt-len`` seeded random tokens, ``output-len``
+tokens each (EOS ignored); forge through ``forge.LLM`` (continuous batching), transformers
+with one batched ``generate``, llama.cpp (``llama-cpp-python``, if installed, 2 threads)
+one request after another. Batch-1 decode: one request alone, tok/s of its output.
+Writes ``reports/cpu/README.md`` (``--report``) from the measured numbers only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forge.models.fetch import smollm2_path
+
+Prompts = list[list[int]]
+
+
+def make_prompts(tokenizer: Any, n: int, length: int, seed: int = 0) -> Prompts:
+    rng = random.Random(seed)
+    return [tokenizer.random_token_ids(length, rng) for _ in range(n)]
+
+
+def run_forge(prompts: Prompts, output_len: int, weights: str, threads: int) -> float:
+    """Seconds for forge to generate ``output_len`` tokens for every prompt."""
+    from forge import LLM, SamplingParams
+
+    need_gib = len(prompts) * (len(prompts[0]) + output_len) * 46080 / 2**30 * 1.2 + 0.1
+    llm = LLM("model=smollm2", f"model.weights={weights}", "model.max_position=1024",
+              f"engine.max_num_seqs={max(len(prompts), 1)}", f"engine.kv_cache_memory_gib={need_gib:.2f}",
+              f"backend.num_threads={threads}")
+    params = SamplingParams(max_tokens=output_len, temperature=0, ignore_eos=True)
+    llm.generate(prompts[:1], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    elapsed = time.perf_counter() - start
+    assert all(len(o.token_ids) == output_len for o in outs)
+    return elapsed
+
+
+def run_transformers(prompts: Prompts, output_len: int, threads: int) -> float:
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    path = smollm2_path()
+    lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    ids = torch.tensor(prompts)
+    with torch.no_grad():
+        lm.generate(ids[:1, :8], max_new_tokens=2, do_sample=False)  # warm-up
+        start = time.perf_counter()
+        out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=output_len,
+                          min_new_tokens=output_len, do_sample=False)
+        elapsed = time.perf_counter() - start
+    assert out.shape[1] == ids.shape[1] + output_len
+    return elapsed
+
+
+def run_llama_cpp(prompts: Prompts, output_len: int, threads: int) -> float:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(str(smollm2_path()), n_threads=threads, n_threads_batch=threads,
+                          n_ctx=len(prompts[0]) + output_len + 8, verbose=False)
+    start = time.perf_counter()
+    for prompt in prompts:
+        llm.reset()
+        for produced, _ in enumerate(llm.generate(prompt, top_k=1, temp=0.0, reset=True), start=1):
+            if produced == output_len:
+                break
+    return time.perf_counter() - start
+
+
+def measure(name: str, fn: Callable[[], float], tokens: int, results: dict[str, float]) -> None:
+    try:
+        seconds = fn()
+    except ImportError as exc:
+        print(f"{name}: skipped ({exc})")
+        return
+    results[name] = tokens / seconds
+    print(f"{name}: {tokens} tokens in {seconds:.1f}s = {results[name]:.1f} tok/s", flush=True)
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    return f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
+
+
+def commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return f"working tree on top of {head}" if git("status", "--porcelain") else head
+
+
+def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict[str, float]) -> None:
+    def ratio(a: str, b: str, table: dict[str, float]) -> str:
+        return f"{table[a] / table[b]:.2f}x" if a in table and b in table else "n/a"
+
+    rows = [f"| {k} | {v:.1f} |" for k, v in thr.items()]
+    rows1 = [f"| {k} | {v:.1f} |" for k, v in b1.items()]
+    lines = [
+        "# SmolLM2-135M on CPU: forge vs transformers vs llama.cpp",
+        "",
+        f"Command: `python -m benchmarks.cpu_real_model --requests {args.requests} --prompt-len {args.prompt_len} "
+        f"--output-len {args.output_len} --threads {args.threads}`",
+        f"Machine: {machine()}; load average at start {args.load_at_start}",
+        f"Commit: {commit()}",
+        "",
+        f"Throughput: {args.requests} requests x {args.prompt_len} prompt x {args.output_len} output tokens, greedy, "
+        "EOS ignored; output tokens / wall second. forge: continuous batching through `forge.LLM`; "
+        "transformers: one batched `generate`; llama.cpp: requests one after another.",
+        "",
+        "| system | tok/s |", "|---|---|", *rows,
+        "",
+        f"Batch-1 decode ({args.prompt_len} prompt, {args.output_len} output): tok/s",
+        "",
+        "| system | tok/s |", "|---|---|", *rows1,
+        "",
+        "Ratios (same run):",
+        "",
+        f"- throughput forge-fp32 / llama.cpp: {ratio('forge-fp32', 'llama.cpp', thr)}; "
+        f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', thr)}",
+        f"- throughput forge-fp32 / transformers: {ratio('forge-fp32', 'transformers', thr)}; "
+        f"forge-int8 / transformers: {ratio('forge-int8', 'transformers', thr)}",
+        f"- batch-1 forge-fp32 / llama.cpp: {ratio('forge-fp32', 'llama.cpp', b1)}; "
+        f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', b1)}",
+        "",
+        "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py); "
+        "forge-fp32 is the exact path.",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip", nargs="*", default=[], help="systems to leave out: transformers llama.cpp int8")
+    parser.add_argument("--report", type=Path, default=Path("reports/cpu/README.md"))
+    args = parser.parse_args()
+    args.load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    from forge.models.gguf_loader import load_gguf
+
+    tokenizer = load_gguf(str(smollm2_path()), max_position=64).tokenizer
+    prompts = make_prompts(tokenizer, args.requests, args.prompt_len)
+    tokens = args.requests * args.output_len
+    weights = ["same"] + ([] if "int8" in args.skip else ["int8"])
+    thr: dict[str, float] = {}
+    b1: dict[str, float] = {}
+    for w in weights:
+        label = "forge-fp32" if w == "same" else "forge-int8"
+        measure(label, lambda w=w: run_forge(prompts, args.output_len, w, args.threads), tokens, thr)
+        measure(label, lambda w=w: run_forge(prompts[:1], args.output_len, w, args.threads), args.output_len, b1)
+    if "transformers" not in args.skip:
+        measure("transformers", lambda: run_transformers(prompts, args.output_len, args.threads), tokens, thr)
+        measure("transformers", lambda: run_transformers(prompts[:1], args.output_len, args.threads),
+                args.output_len, b1)
+    if "llama.cpp" not in args.skip:
+        measure("llama.cpp", lambda: run_llama_cpp(prompts, args.output_len, args.threads), tokens, thr)
+        measure("llama.cpp", lambda: run_llama_cpp(prompts[:1], args.output_len, args.threads),
+                args.output_len, b1)
+    report(args.report, args, thr, b1)
+
+
+if __name__ == "__main__":
+    main()

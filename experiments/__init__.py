@@ -1,0 +1,1 @@
+"""Studies: ``python -m experiments.run <study> [--size small|tiny]`` regenerates ``reports/<study>/``."""

@@ -1,0 +1,1 @@
+"""Benchmark clients (``python -m forge.bench.serve``) and measurements."""

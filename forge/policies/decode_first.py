@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from forge.policies.base import Policy, is_decoding
+from forge.request import Request
+
+
+class DecodeFirst(Policy):
+    """Decode-prioritizing: every running decode gets its token before any prefill work.
+
+    Running requests that have finished their prompt go first, then running partial
+    prefills, then new requests (FCFS) take what budget is left. Decodes never stall
+    behind a long prompt; new requests wait longer when the batch is busy. The latest
+    arrival is preempted first.
+    """
+
+    def waiting_key(self, request: Request) -> tuple[float, str]:
+        return (request.arrival_time, request.request_id)
+
+    def running_order(self, running: list[Request]) -> list[Request]:
+        decodes = [r for r in running if is_decoding(r)]
+        if len(decodes) == len(running):
+            return running
+        return decodes + [r for r in running if not is_decoding(r)]

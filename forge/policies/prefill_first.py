@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from forge.policies.base import Policy, is_decoding
+from forge.request import Request
+
+
+class PrefillFirst(Policy):
+    """Prefill-prioritizing (vLLM V0 / Orca style): waiting prompts take the token budget
+    first, then running partial prefills, and running decodes get what is left — so decodes
+    stall while long prompts are processed (the "generation stalls" of Sarathi-Serve).
+    FCFS among waiting requests; the latest arrival is preempted first.
+    """
+
+    waiting_first = True
+
+    def waiting_key(self, request: Request) -> tuple[float, str]:
+        return (request.arrival_time, request.request_id)
+
+    def running_order(self, running: list[Request]) -> list[Request]:
+        prefills = [r for r in running if not is_decoding(r)]
+        if not prefills:
+            return running
+        return prefills + [r for r in running if is_decoding(r)]

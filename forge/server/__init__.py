@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP serving over the engine (``python run.py mode=serve``)."""

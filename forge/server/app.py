@@ -1,0 +1,448 @@
+"""The OpenAI-compatible HTTP front end: ``python run.py mode=serve``.
+
+Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), GET /v1/models,
+GET /health, GET /metrics, POST /tokenize, POST /detokenize. Every request is validated by
+``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error shape); the engine
+runs on its own thread (``AsyncEngine``)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request as HTTPRequest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from forge.engine import Engine
+from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, Stream
+from forge.server.auth import RateLimiter, bearer_key
+from forge.server.generation import ChoiceSpec, ChoiceText, Delta, EngineLimits, RequestBuilder
+from forge.server.metrics import ServerMetrics
+from forge.server.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
+from forge.server.settings import ServerSettings
+from forge.structured.base import StructuredBackend
+
+log = logging.getLogger("forge.server")
+_PROTECTED = ("/v1/", "/tokenize", "/detokenize")
+
+
+@dataclass
+class ServerState:
+    engine: AsyncEngine
+    builder: RequestBuilder
+    settings: ServerSettings
+    metrics: ServerMetrics
+    limiter: RateLimiter
+    model_name: str
+    max_model_len: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def check_access(self, authorization: str | None, client: str) -> APIError | None:
+        keys = self.settings.keys()
+        key = bearer_key(authorization)
+        if keys and (key is None or not any(hmac.compare_digest(key, k) for k in keys)):
+            msg = "missing API key (Authorization: Bearer ...)" if key is None else "invalid API key"
+            return APIError(msg, 401, "authentication_error", code="invalid_api_key")
+        wait = self.limiter.check(key or client)
+        if wait:
+            return APIError(
+                f"rate limit exceeded ({self.limiter.rate:g} requests/s); retry after {wait} s",
+                429,
+                "rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(wait)},
+            )
+        return None
+
+
+def unknown_model(model: str) -> APIError:
+    return APIError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model", "model_not_found")
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+class AccessGuard:
+    """API keys and rate limits, checked before the body is read (pure ASGI, so streaming and
+    client disconnects pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(_PROTECTED):
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            client = scope.get("client") or ("?", 0)
+            err = self.state.check_access(headers.get("authorization"), str(client[0]))
+            if err is not None:
+                await error_response(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Generation:
+    """The engine requests behind one API call; ``events`` yields each choice's deltas."""
+
+    def __init__(self, state: ServerState, choices: list[ChoiceSpec], prefix: str) -> None:
+        self.state = state
+        self.queue: Stream = asyncio.Queue()
+        self.choices = {f"{prefix}-{c.index}": c for c in choices}
+        self.texts = {
+            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids)
+            for rid, c in self.choices.items()
+        }
+        self.pending: set[str] = set()
+
+    def start(self) -> None:
+        try:
+            for rid, c in self.choices.items():
+                self.state.engine.add(c.to_request(rid), self.queue)
+                self.pending.add(rid)
+        except (EngineOverloaded, EngineClosed) as exc:
+            self.close()
+            raise APIError(str(exc), 503, "service_unavailable", code="overloaded") from exc
+
+    def close(self) -> None:
+        for rid in self.pending:
+            self.state.engine.abort(rid)
+        self.pending.clear()
+
+    async def events(self) -> AsyncIterator[tuple[ChoiceSpec, ChoiceText, Delta]]:
+        try:
+            while self.pending:
+                rid, item = await self.queue.get()
+                if rid not in self.pending:
+                    continue
+                if isinstance(item, BaseException):
+                    self.pending.discard(rid)
+                    raise APIError(f"engine error: {item}", 500, "internal_error")
+                text = self.texts[rid]
+                delta = text.push(item)
+                if delta.finish_reason is not None:
+                    self.pending.discard(rid)
+                    if not item.finished:
+                        self.state.engine.abort(rid, reason="stop")
+                yield self.choices[rid], text, delta
+        finally:
+            self.close()
+
+
+def _prompt_usage(choices: list[ChoiceSpec]) -> int:
+    return sum(len(c.prompt_ids) for c in {c.prompt_index: c for c in choices}.values())
+
+
+async def _completions(state: ServerState, body: CompletionRequest) -> Response:
+    b = state.builder
+    b.check_common(body)
+    if body.suffix:
+        raise APIError("suffix is not supported", param="suffix")
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError("best_of other than n is not supported", param="best_of")
+    choices = b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
+    cid = b.next_id("cmpl")
+    gen = Generation(state, choices, cid)
+    gen.start()
+    k = body.logprobs or 0
+    tok = b.tokenizer
+
+    def echo_text(c: ChoiceSpec) -> str:
+        if not body.echo:
+            return ""
+        return c.prompt_text if c.prompt_text is not None else tok.decode(c.prompt_ids)
+
+    def lp(c: ChoiceSpec, d: Delta, offset: int) -> dict[str, Any] | None:
+        if body.logprobs is None:
+            return None
+        return completion_logprobs(tok, d.token_ids, d.logprobs, k, offset)
+
+    base = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+
+        async def stream() -> AsyncIterator[str]:
+            started: set[int] = set()
+            n_out = 0
+            try:
+                async for c, text, d in gen.events():
+                    prefix = echo_text(c) if c.index not in started else ""
+                    started.add(c.index)
+                    n_out += len(d.token_ids)
+                    choice = {"index": c.index, "text": prefix + d.text, "logprobs": lp(c, d, text.sent - len(d.text))}
+                    choice["finish_reason"] = d.finish_reason
+                    yield sse({**base, "choices": [choice], **({"usage": None} if include_usage else {})})
+            except APIError as err:
+                yield sse(err.body())
+            if include_usage:
+                yield sse({**base, "choices": [], "usage": usage(_prompt_usage(choices), n_out)})
+            yield SSE_DONE
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    parts: dict[int, list[Delta]] = {c.index: [] for c in choices}
+    async for c, _, d in gen.events():
+        parts[c.index].append(d)
+    out = []
+    n_out = 0
+    for c in choices:
+        ds = parts[c.index]
+        ids = [t for d in ds for t in d.token_ids]
+        n_out += len(ids)
+        merged = Delta("".join(d.text for d in ds), ids, [x for d in ds for x in d.logprobs])
+        out.append(
+            {
+                "index": c.index,
+                "text": echo_text(c) + merged.text,
+                "logprobs": lp(c, merged, len(echo_text(c))),
+                "finish_reason": ds[-1].finish_reason if ds else "abort",
+                "stop_reason": None,
+            }
+        )
+    return JSONResponse({**base, "choices": out, "usage": usage(_prompt_usage(choices), n_out)})
+
+
+async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
+    b = state.builder
+    b.check_common(body)
+    if body.tools:
+        raise APIError("tools are not supported", param="tools")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
+    engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    choices = b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
+    cid = b.next_id("chatcmpl")
+    gen = Generation(state, choices, cid)
+    gen.start()
+    tok = b.tokenizer
+    k = body.top_logprobs or 0
+
+    def lp(d: Delta) -> dict[str, Any] | None:
+        return chat_logprobs(tok, d.token_ids, d.logprobs, k) if body.logprobs else None
+
+    base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        extra = {"usage": None} if include_usage else {}
+
+        async def stream() -> AsyncIterator[str]:
+            n_out = 0
+            for c in choices:
+                role = {"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
+                yield sse({**base, "choices": [{**role, "finish_reason": None}], **extra})
+            try:
+                async for c, _, d in gen.events():
+                    n_out += len(d.token_ids)
+                    choice = {"index": c.index, "delta": {"content": d.text} if d.text else {}, "logprobs": lp(d)}
+                    choice["finish_reason"] = d.finish_reason
+                    yield sse({**base, "choices": [choice], **extra})
+            except APIError as err:
+                yield sse(err.body())
+            if include_usage:
+                yield sse({**base, "choices": [], "usage": usage(_prompt_usage(choices), n_out)})
+            yield SSE_DONE
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    parts: dict[int, list[Delta]] = {c.index: [] for c in choices}
+    async for c, _, d in gen.events():
+        parts[c.index].append(d)
+    out = []
+    n_out = 0
+    for c in choices:
+        ds = parts[c.index]
+        merged = Delta("".join(d.text for d in ds), [t for d in ds for t in d.token_ids])
+        merged.logprobs = [x for d in ds for x in d.logprobs]
+        n_out += len(merged.token_ids)
+        out.append(
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": merged.text},
+                "logprobs": lp(merged),
+                "finish_reason": ds[-1].finish_reason if ds else "abort",
+            }
+        )
+    body_out = {**base, "object": "chat.completion", "choices": out, "usage": usage(_prompt_usage(choices), n_out)}
+    return JSONResponse(body_out)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    if first.get("type") == "json_invalid":
+        return f"malformed JSON body: {first.get('msg', '')}", None
+    param = ".".join(loc) or None
+    return f"{param or 'body'}: {first.get('msg', 'invalid value')}", param
+
+
+def build_app(
+    engine: Engine,
+    settings: ServerSettings,
+    structured: StructuredBackend | None = None,
+    model_name: str = "forge",
+) -> FastAPI:
+    """The app over an engine it takes ownership of (started and stopped by the app's lifespan)."""
+    name = settings.served_model_name or model_name
+    metrics = ServerMetrics(name)
+    metrics.ensure_labels()
+    sched = engine.scheduler
+    limits = EngineLimits(
+        max_model_len=sched.limits.max_model_len,
+        kv_capacity_tokens=sched.kv.num_blocks * sched.kv.block_size,
+        vocab_size=engine.tokenizer.vocab_size,
+    )
+    builder = RequestBuilder(engine.tokenizer, limits, structured, name, settings.max_n, settings.max_logprobs)
+    state = ServerState(
+        engine=AsyncEngine(engine, metrics, settings.max_waiting),
+        builder=builder,
+        settings=settings,
+        metrics=metrics,
+        limiter=RateLimiter(settings.rate_limit_rps, settings.rate_limit_burst),
+        model_name=name,
+        max_model_len=limits.max_model_len,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.engine.start()
+        yield
+        await state.engine.shutdown(settings.shutdown_timeout_s)
+        if state.engine.leak:
+            log.error("engine shut down with a leak: %s", state.engine.leak)
+
+    app = FastAPI(title="forge", lifespan=lifespan)
+    app.state.forge = state
+    app.add_middleware(AccessGuard, state=state)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: HTTPRequest, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return error_response(APIError(message, 400, param=param))
+
+    @app.get("/health")
+    async def health() -> Response:
+        ok = state.engine.healthy
+        return Response(status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "forge",
+            "root": name,
+            "max_model_len": limits.max_model_len,
+            "vocab_size": limits.vocab_size,
+            "eos_token_ids": sorted(engine.tokenizer.eos_token_ids),
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> Response:
+        return await _completions(state, body)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest) -> Response:
+        return await _chat(state, body)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        if body.model is not None and body.model != name:
+            raise unknown_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise APIError("give exactly one of prompt and messages", param="prompt")
+        if body.prompt is not None:
+            ids = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        else:
+            chat_body = ChatCompletionRequest(
+                model=name, messages=body.messages or [], add_generation_prompt=body.add_generation_prompt
+            )
+            ids, _ = builder.chat_prompt(chat_body)
+        return {"tokens": ids, "count": len(ids), "max_model_len": limits.max_model_len}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        if body.model is not None and body.model != name:
+            raise unknown_model(body.model)
+        bad = [t for t in body.tokens if not 0 <= t < limits.vocab_size]
+        if bad:
+            raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
+        return {"prompt": engine.tokenizer.decode(body.tokens)}
+
+    return app
+
+
+def model_choice_name(cfg: DictConfig) -> str:
+    """The model option's name (``model=tiny`` -> ``tiny``) when Hydra knows it."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choice = HydraConfig.get().runtime.choices.get("model")
+        if choice:
+            return str(choice)
+    except (ValueError, AttributeError):
+        pass
+    target = str(cfg.model.get("_target_", "forge"))
+    return target.rsplit(".", 1)[-1]
+
+
+def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
+    from forge.build import build_engine
+    from forge.config import validate
+
+    validate(cfg)
+    settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()
+    engine = build_engine(cfg)
+    if engine.clock.simulated:
+        raise APIError("served mode needs clock=wall")
+    structured = None
+    if cfg.get("structured") is not None:
+        structured = instantiate(cfg.structured)(tokenizer=engine.tokenizer)
+    app = build_app(engine, settings, structured, model_name or model_choice_name(cfg))
+    return app, settings
+
+
+def serve(cfg: DictConfig) -> None:
+    import uvicorn
+
+    app, settings = app_from_config(cfg)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None,
+    )
+    uvicorn.Server(config).run()

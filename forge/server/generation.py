@@ -1,0 +1,324 @@
+"""From an API body to engine requests (every rule checked before anything reaches the engine),
+and from engine outputs back to text: incremental detokenization, stop strings (never emitted,
+with text that could be the start of one held back), stop token ids, and logprobs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge.outputs import RequestOutput
+from forge.request import Request
+from forge.sampling_params import SamplingParams
+from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
+from forge.structured.base import ConstraintSpec, Grammar, GrammarError, StructuredBackend
+from forge.tokenizer import IncrementalDetokenizer, Tokenizer
+
+MAX_CHOICES = 256
+MAX_STOP_STRINGS = 16
+_SEED_MASK = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What the front end checks against (read once from the engine at startup)."""
+
+    max_model_len: int
+    kv_capacity_tokens: int
+    vocab_size: int
+
+
+@dataclass
+class ChoiceSpec:
+    index: int
+    prompt_index: int
+    prompt_ids: list[int]
+    prompt_text: str | None
+    params: SamplingParams
+    stop_strings: list[str]
+    priority: int
+    grammar: Grammar | None
+
+    def to_request(self, request_id: str) -> Request:
+        constraint = self.grammar.constraint(self.params.max_tokens) if self.grammar is not None else None
+        return Request(
+            request_id=request_id,
+            prompt_token_ids=list(self.prompt_ids),
+            sampling_params=self.params,
+            priority=self.priority,
+            constraint=constraint,
+        )
+
+
+def _check_range(name: str, value: float | None, low: float, high: float, low_open: bool = False) -> None:
+    if value is None:
+        return
+    if value < low or value > high or (low_open and value == low):
+        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise APIError(f"{name}={value} is out of range {bound}", param=name)
+
+
+class RequestBuilder:
+    """Validates a body and turns it into ``ChoiceSpec``s (one per engine request)."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        limits: EngineLimits,
+        structured: StructuredBackend | None,
+        model_name: str,
+        max_n: int,
+        max_logprobs: int,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.structured = structured
+        self.model_name = model_name
+        self.max_n = max_n
+        self.max_logprobs = max_logprobs
+        self._ids = itertools.count()
+
+    def next_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    # -- prompts ------------------------------------------------------------------------
+    def completion_prompts(self, body: CompletionRequest) -> list[tuple[list[int], str | None]]:
+        p = body.prompt
+        if isinstance(p, str):
+            items: list[Any] = [p]
+        elif p and all(isinstance(x, int) for x in p):
+            items = [p]
+        else:
+            items = list(p)
+        if not items:
+            raise APIError("prompt must not be empty", param="prompt")
+        out: list[tuple[list[int], str | None]] = []
+        for item in items:
+            if isinstance(item, str):
+                if not item:
+                    raise APIError("prompt must not be empty", param="prompt")
+                ids = self.tokenizer.encode(item)
+                out.append((ids, item))
+            else:
+                ids = [int(t) for t in item]
+                self._check_ids(ids, "prompt")
+                out.append((ids, None))
+            if not out[-1][0]:
+                raise APIError("prompt must not be empty", param="prompt")
+        return out
+
+    def chat_prompt(self, body: ChatCompletionRequest) -> tuple[list[int], str]:
+        if not body.messages:
+            raise APIError("messages must not be empty", param="messages")
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+        except ValueError as exc:
+            raise APIError(f"chat template failed: {exc}", param="messages") from exc
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        ids = self.tokenizer.encode(text, add_special_tokens=not has_template)
+        if not ids:
+            raise APIError("the rendered chat is empty", param="messages")
+        return ids, text
+
+    def _check_ids(self, ids: list[int], param: str) -> None:
+        bad = [t for t in ids if not 0 <= t < self.limits.vocab_size]
+        if bad:
+            raise APIError(f"token id {bad[0]} is outside the vocabulary [0, {self.limits.vocab_size})", param=param)
+
+    # -- everything else ----------------------------------------------------------------
+    def check_common(self, body: SamplingFields) -> None:
+        if body.model != self.model_name:
+            raise APIError(
+                f"The model `{body.model}` does not exist.", 404, "NotFoundError", "model", "model_not_found"
+            )
+        if not 1 <= body.n <= self.max_n:
+            raise APIError(f"n={body.n} must be in [1, {self.max_n}]", param="n")
+        _check_range("temperature", body.temperature, 0.0, 2.0)
+        _check_range("top_p", body.top_p, 0.0, 1.0, low_open=True)
+        _check_range("min_p", body.min_p, 0.0, 1.0)
+        _check_range("presence_penalty", body.presence_penalty, -2.0, 2.0)
+        _check_range("frequency_penalty", body.frequency_penalty, -2.0, 2.0)
+        _check_range("repetition_penalty", body.repetition_penalty, 0.0, 10.0, low_open=True)
+        if body.top_k is not None and body.top_k < -1:
+            raise APIError(f"top_k={body.top_k} must be -1 (off), 0 (off) or positive", param="top_k")
+        if body.logit_bias:
+            raise APIError("logit_bias is not supported", param="logit_bias")
+        stops = body.stop_strings()
+        if len(stops) > MAX_STOP_STRINGS or any(not s for s in stops):
+            raise APIError(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings", param="stop")
+        if body.stop_token_ids:
+            self._check_ids(body.stop_token_ids, "stop_token_ids")
+
+    def grammar(self, body: SamplingFields) -> Grammar | None:
+        specs: list[tuple[str, ConstraintSpec]] = []
+        rf = body.response_format
+        if rf is not None and rf.type == "json_object":
+            specs.append(("response_format", ConstraintSpec.json_object()))
+        elif rf is not None and rf.type == "json_schema":
+            if rf.json_schema is None or rf.json_schema.schema_ is None:
+                raise APIError("response_format json_schema needs json_schema.schema", param="response_format")
+            specs.append(("response_format", ConstraintSpec.json_schema(rf.json_schema.schema_)))
+        if body.json_schema is not None:
+            specs.append(("json_schema", ConstraintSpec.json_schema(body.json_schema)))
+        if body.regex is not None:
+            specs.append(("regex", ConstraintSpec.regex(body.regex)))
+        if not specs:
+            return None
+        if len(specs) > 1:
+            raise APIError("give at most one of response_format, json_schema and regex", param=specs[1][0])
+        param, spec = specs[0]
+        if self.structured is None:
+            raise APIError("structured output is not configured on this server", param=param)
+        try:
+            return self.structured.compile(spec)
+        except GrammarError as exc:
+            raise APIError(str(exc), param=param) from exc
+
+    def choices(
+        self,
+        body: SamplingFields,
+        prompts: list[tuple[list[int], str | None]],
+        max_tokens: int | None,
+        default_max_tokens: int | None,
+        logprobs: int | None,
+    ) -> list[ChoiceSpec]:
+        if len(prompts) * body.n > MAX_CHOICES:
+            raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
+        if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
+            raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
+        grammar = self.grammar(body)
+        top_k = body.top_k if body.top_k is not None and body.top_k > 0 else 0
+        L = self.limits
+        out: list[ChoiceSpec] = []
+        for pi, (ids, text) in enumerate(prompts):
+            room = L.max_model_len - len(ids)
+            if room < 1:
+                raise APIError(
+                    f"This model's maximum context length is {L.max_model_len} tokens; the prompt has {len(ids)}.",
+                    param="prompt" if isinstance(body, CompletionRequest) else "messages",
+                    code="context_length_exceeded",
+                )
+            n_out = max_tokens if max_tokens is not None else (default_max_tokens or room)
+            if n_out < 1:
+                raise APIError(f"max_tokens={n_out} must be >= 1", param="max_tokens")
+            if max_tokens is not None and len(ids) + n_out > L.max_model_len:
+                raise APIError(
+                    f"This model's maximum context length is {L.max_model_len} tokens; you requested "
+                    f"{len(ids) + n_out} ({len(ids)} in the prompt, {n_out} to generate).",
+                    param="max_tokens",
+                    code="context_length_exceeded",
+                )
+            n_out = min(n_out, room)
+            if len(ids) + n_out > L.kv_capacity_tokens:
+                raise APIError(
+                    f"the request may need {len(ids) + n_out} tokens of KV cache; the whole cache holds "
+                    f"{L.kv_capacity_tokens}",
+                    param="max_tokens",
+                )
+            if grammar is not None and grammar.min_tokens > n_out:
+                raise APIError(
+                    f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={n_out}",
+                    param="max_tokens",
+                )
+            for j in range(body.n):
+                seed = None if body.seed is None else (body.seed + j) & _SEED_MASK
+                try:
+                    params = SamplingParams(
+                        max_tokens=n_out,
+                        temperature=1.0 if body.temperature is None else body.temperature,
+                        top_k=top_k,
+                        top_p=1.0 if body.top_p is None else body.top_p,
+                        min_p=body.min_p or 0.0,
+                        seed=seed,
+                        stop_token_ids=list(body.stop_token_ids or []),
+                        ignore_eos=body.ignore_eos,
+                        presence_penalty=body.presence_penalty,
+                        frequency_penalty=body.frequency_penalty,
+                        repetition_penalty=body.repetition_penalty,
+                        logprobs=logprobs,
+                    )
+                except ValueError as exc:
+                    raise APIError(str(exc)) from exc
+                out.append(
+                    ChoiceSpec(
+                        index=pi * body.n + j,
+                        prompt_index=pi,
+                        prompt_ids=ids,
+                        prompt_text=text,
+                        params=params,
+                        stop_strings=body.stop_strings(),
+                        priority=body.priority,
+                        grammar=grammar,
+                    )
+                )
+        return out
+
+
+@dataclass
+class Delta:
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class ChoiceText:
+    """One choice's text as its tokens arrive. ``push`` returns what may be sent now; a matched
+    stop string ends the choice (``finish_reason="stop"``; the caller aborts the request)."""
+
+    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: list[int]) -> None:
+        self.tokenizer = tokenizer
+        self.stops = stop_strings
+        self.max_stop = max((len(s) for s in stop_strings), default=0)
+        self.stop_token_ids = set(stop_token_ids)
+        self.detok = IncrementalDetokenizer(tokenizer)
+        self.ids: list[int] = []
+        self.text = ""
+        self.sent = 0
+        self.searched = 0
+        self.num_tokens = 0
+        self.finish_reason: str | None = None
+
+    def push(self, out: RequestOutput) -> Delta:
+        new = list(out.new_token_ids)
+        self.num_tokens += len(new)
+        shown = new
+        if out.finished and out.finish_reason == "stop" and new and new[-1] in self.stop_token_ids:
+            shown = new[:-1]
+        self.ids.extend(shown)
+        self.text += self.detok.push(shown)
+        if out.finished:
+            full = self.tokenizer.decode(self.ids)
+            if full.startswith(self.text):
+                self.text = full
+        text, matched = self._releasable(final=out.finished)
+        reason = "stop" if matched else (out.finish_reason if out.finished else None)
+        self.finish_reason = reason
+        return Delta(text, new, list(out.logprobs or []), reason)
+
+    def _releasable(self, final: bool) -> tuple[str, bool]:
+        text = self.text
+        limit = len(text)
+        if self.stops:
+            start = max(0, self.searched - self.max_stop + 1)
+            hits = [i for s in self.stops if (i := text.find(s, start)) >= 0]
+            if hits:
+                cut = min(hits)
+                out = text[self.sent : cut]
+                self.text = text[:cut]
+                self.sent = cut
+                return out, True
+            self.searched = len(text)
+            if not final:
+                hold = 0
+                for s in self.stops:
+                    for k in range(min(len(s) - 1, len(text)), hold, -1):
+                        if text.endswith(s[:k]):
+                            hold = k
+                            break
+                limit = len(text) - hold
+        out = text[self.sent : max(limit, self.sent)]
+        self.sent = max(self.sent, limit)
+        return out, False

@@ -1,0 +1,41 @@
+"""Settings of the HTTP front end (the ``server`` conf group)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServerSettings:
+    """``api_keys``: accepted bearer keys (plus ``$FORGE_API_KEY``); none set: no auth.
+    ``rate_limit_rps`` / ``rate_limit_burst``: per-key token bucket over requests (0: off).
+    ``max_waiting``: requests queued for the engine before new ones get 503.
+    ``max_n``: most choices per request (n x prompts). ``shutdown_timeout_s``: how long in-flight
+    requests may finish on shutdown before they are aborted.
+    ``served_model_name``: the id ``/v1/models`` lists (null: the model option's name)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: list[str] = field(default_factory=list)
+    rate_limit_rps: float = 0.0
+    rate_limit_burst: int = 0
+    max_waiting: int = 4096
+    max_n: int = 16
+    max_logprobs: int = 20
+    shutdown_timeout_s: float = 10.0
+    served_model_name: str | None = None
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        self.api_keys = [str(k) for k in self.api_keys]
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"server.port must be in 0..65535, got {self.port}")
+        if self.rate_limit_rps < 0 or self.rate_limit_burst < 0:
+            raise ValueError("server.rate_limit_rps and server.rate_limit_burst must be >= 0")
+        if self.max_waiting < 1 or self.max_n < 1:
+            raise ValueError("server.max_waiting and server.max_n must be >= 1")
+
+    def keys(self) -> frozenset[str]:
+        env = os.environ.get("FORGE_API_KEY")
+        return frozenset([*self.api_keys, *([env] if env else [])])

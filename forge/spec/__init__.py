@@ -1,0 +1,12 @@
+"""Speculative decoding: drafters propose tokens, the target verifies them in one forward.
+
+- ``base``: the ``Drafter`` contract, ``Draft``, per-request draft bounds and ``SpecDecodeStats``.
+- ``ngram``: prompt lookup with an adaptive draft length per request.
+- ``draft_model``: any forge model drafting with its own KV cache.
+- ``verify``: the verification rule (greedy prefix match / rejection sampling).
+"""
+
+from forge.spec.base import Draft, Drafter, SpecDecodeStats, draft_limit
+from forge.spec.verify import verify
+
+__all__ = ["Draft", "Drafter", "SpecDecodeStats", "draft_limit", "verify"]

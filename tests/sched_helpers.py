@@ -1,0 +1,45 @@
+"""Driving a Scheduler without a model: every sampled position yields a fixed token."""
+
+from __future__ import annotations
+
+from forge.kvcache.base import KVCacheManager
+from forge.kvcache.paged import PagedKVCache
+from forge.outputs import ModelOutput, RequestOutput, SchedulerOutput
+from forge.policies.base import Policy
+from forge.policies.fcfs import FCFS
+from forge.request import Request
+from forge.sampling_params import SamplingParams
+from forge.scheduler import Scheduler, SchedulerLimits
+
+
+def request(rid: str, prompt: list[int] | int, max_tokens: int = 4, arrival: float = 0.0, **kw: object) -> Request:
+    ids = list(range(1, prompt + 1)) if isinstance(prompt, int) else prompt
+    return Request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True), arrival, **kw)  # type: ignore[arg-type]
+
+
+def scheduler(
+    kv: KVCacheManager | None = None,
+    policy: Policy | None = None,
+    max_num_seqs: int = 256,
+    budget: int = 512,
+    max_model_len: int = 4096,
+    preemption_mode: str = "recompute",
+) -> Scheduler:
+    kv = kv if kv is not None else PagedKVCache(64, 4, enable_prefix_caching=True)
+    limits = SchedulerLimits(max_num_seqs, budget, max_model_len, True, preemption_mode)
+    return Scheduler(policy or FCFS(), kv, limits)
+
+
+def step(sched: Scheduler, token: int = 7) -> tuple[SchedulerOutput, list[RequestOutput]]:
+    so = sched.schedule()
+    out = ModelOutput({s.request_id: [token] for s in so.scheduled if s.sample})
+    return so, sched.update(so, out, frozenset())
+
+
+def drain(sched: Scheduler, max_steps: int = 100_000) -> int:
+    steps = 0
+    while sched.num_unfinished:
+        step(sched)
+        steps += 1
+        assert steps < max_steps, "scheduler made no progress"
+    return steps
