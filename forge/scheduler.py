@@ -183,15 +183,20 @@ class Scheduler:
 
     def _schedule_running(self, budget: int, scheduled: list[ScheduledRequest], preempted: list[Request]) -> int:
         done = {s.request_id for s in scheduled}
+        running = RequestStatus.RUNNING
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
                 break
-            if request.status is not RequestStatus.RUNNING or request.request_id in done:
+            if request.status is not running or request.request_id in done:
                 continue
-            n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
+            spec = request.spec_token_ids
+            n = len(request.prompt_token_ids) + len(request.output_token_ids) + len(spec) - request.num_computed_tokens
+            if n > budget:
+                n = budget
             if n <= 0:
                 continue
-            n = self._fit_drafts(request, n)
+            if spec:
+                n = self._fit_drafts(request, n)
             while not self._allocate(request, n):
                 if request.spec_token_ids:  # drafts never cause a preemption: drop them first
                     n = self._fit_drafts(request, n - len(request.spec_token_ids))
@@ -238,19 +243,21 @@ class Scheduler:
 
     def _allocate(self, request: Request, n: int) -> bool:
         end = request.num_computed_tokens + n
-        return self.kv.allocate_slots(request, end, min(end, request.num_tokens))
+        known = len(request.prompt_token_ids) + len(request.output_token_ids)
+        return self.kv.allocate_slots(request, end, end if end < known else known)
 
     def _scheduled(self, request: Request, n: int) -> ScheduledRequest:
         start = request.num_computed_tokens
         end = start + n
+        known = len(request.prompt_token_ids) + len(request.output_token_ids)
         return ScheduledRequest(
-            request_id=request.request_id,
-            start=start,
-            num_tokens=n,
-            token_ids=request.token_ids(start, end),
-            block_table=self.kv.block_table(request.request_id),
-            sample=end == request.num_tokens_with_spec,
-            num_draft_tokens=max(end - request.num_tokens, 0),
+            request.request_id,
+            start,
+            n,
+            request.token_ids(start, end),
+            self.kv.block_table(request.request_id),
+            end == known + len(request.spec_token_ids),
+            end - known if end > known else 0,
         )
 
     @staticmethod
@@ -287,41 +294,49 @@ class Scheduler:
         by_id = {r.request_id: r for r in self.running}
         outputs: list[RequestOutput] = []
         finished: list[Request] = []
+        sampled = out.sampled_token_ids
+        logprobs = out.logprobs
+        forks = self._forks
         for s in sched.scheduled:
-            request = by_id.get(s.request_id)
+            rid = s.request_id
+            request = by_id.get(rid)
             if request is None:
                 continue
             request.num_computed_tokens += s.num_tokens
             if not s.sample:
                 continue
-            accepted = out.sampled_token_ids[s.request_id]
+            accepted = sampled[rid]
             rejected = s.num_draft_tokens - (len(accepted) - 1)
             request.num_computed_tokens -= rejected
-            request.spec_token_ids = []
+            if request.spec_token_ids:
+                request.spec_token_ids = []
             new: list[int] = []
+            stopped = False
             for token in accepted:
                 request.output_token_ids.append(token)
                 new.append(token)
                 if request.constraint is not None:
                     request.constraint.accept(token)
                 if self._check_stop(request, token, eos_token_ids):
+                    stopped = True
                     break
             if rejected:
                 self.kv.trim(request, request.num_computed_tokens)
-            if request.request_id in self._forks and request.num_computed_tokens >= request.num_prompt_tokens:
+            if forks and rid in forks and request.num_computed_tokens >= request.num_prompt_tokens:
                 self._fork(request)
-            if request.finished:
+            if stopped:
                 finished.append(request)
             outputs.append(
                 RequestOutput(
-                    request_id=request.request_id,
-                    prompt_token_ids=request.prompt_token_ids,
-                    token_ids=request.output_token_ids,
-                    new_token_ids=new,
-                    finished=request.finished,
-                    finish_reason=request.status.value if request.finished else None,
-                    num_cached_tokens=request.num_cached_tokens,
-                    logprobs=out.logprobs[s.request_id][: len(new)] if s.request_id in out.logprobs else None,
+                    rid,
+                    request.prompt_token_ids,
+                    request.output_token_ids,
+                    new,
+                    stopped,
+                    request.status.value if stopped else None,
+                    "",
+                    request.num_cached_tokens,
+                    logprobs[rid][: len(new)] if rid in logprobs else None,
                 )
             )
         if finished:
@@ -345,9 +360,15 @@ class Scheduler:
                 self.waiting.push(child)
 
     def _check_stop(self, request: Request, token: int, eos_token_ids: frozenset[int]) -> bool:
+        """Set the request's finished status if ``token`` (just appended) ends it."""
         params = request.sampling_params
-        if (not params.ignore_eos and token in eos_token_ids) or token in params.stop_token_ids:
+        if (not params.ignore_eos and token in eos_token_ids) or (
+            params.stop_token_ids and token in params.stop_token_ids
+        ):
             request.status = RequestStatus.FINISHED_STOPPED
-        elif request.num_output_tokens >= params.max_tokens or request.num_tokens >= self.limits.max_model_len:
+            return True
+        n_out = len(request.output_token_ids)
+        if n_out >= params.max_tokens or n_out + len(request.prompt_token_ids) >= self.limits.max_model_len:
             request.status = RequestStatus.FINISHED_LENGTH
-        return request.finished
+            return True
+        return False
