@@ -69,9 +69,12 @@ def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: in
     return kv
 
 
-def build_engine(cfg: DictConfig) -> Engine:
+def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
+    """The engine ``cfg`` describes. ``model``: an already loaded model to reuse instead of
+    ``cfg.model`` (it must live on the backend's device); models hold no per-request state."""
     backend: KernelBackend = make("backend", cfg.backend)
-    model: Model = make("model", cfg.model, device=str(backend.device))
+    if model is None:
+        model = make("model", cfg.model, device=str(backend.device))
     max_model_len = min(cfg.engine.max_model_len, model.max_position)
     clock: Clock = make("clock", cfg.clock)
     clock.bind(model.dims)
