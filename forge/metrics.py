@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import itertools
+from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -75,21 +77,27 @@ class MetricsRecorder:
         num_running: int,
     ) -> None:
         prefill = decode = drafts = accepted = 0
+        timelines = self.requests
         for s in sched.scheduled:
-            tl = self.requests[s.request_id]
+            tl = timelines[s.request_id]
             if tl.first_scheduled_time is None:
                 tl.first_scheduled_time = start
             prompt_len = tl.num_prompt_tokens
-            p = max(min(s.start + s.num_tokens, prompt_len) - s.start, 0)
+            p = 0 if s.start >= prompt_len else min(s.start + s.num_tokens, prompt_len) - s.start
             prefill += p
             decode += s.num_tokens - p - s.num_draft_tokens
             drafts += s.num_draft_tokens
         for out in outputs:
-            tl = self.requests[out.request_id]
-            tl.token_times.extend([end] * len(out.new_token_ids))
+            tl = timelines[out.request_id]
+            n_new = len(out.new_token_ids)
+            if n_new == 1:
+                tl.token_times.append(end)
+            else:
+                tl.token_times.extend([end] * n_new)
+                accepted += max(n_new - 1, 0)
             tl.num_output_tokens = len(out.token_ids)
-            tl.num_cached_tokens = max(tl.num_cached_tokens, out.num_cached_tokens)
-            accepted += max(len(out.new_token_ids) - 1, 0)
+            if out.num_cached_tokens > tl.num_cached_tokens:
+                tl.num_cached_tokens = out.num_cached_tokens
             if out.finished:
                 tl.finish_time = end
                 tl.finish_reason = out.finish_reason
@@ -149,11 +157,16 @@ class MetricsRecorder:
         return pd.DataFrame(rows)
 
     def steps_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([asdict(s) for s in self.steps])
+        if not self.steps:
+            return pd.DataFrame([asdict(s) for s in self.steps])
+        columns = [f.name for f in fields(StepRecord)]
+        row = attrgetter(*columns)
+        return pd.DataFrame([row(s) for s in self.steps], columns=columns)
 
 
 def percentiles(values: Any, prefix: str) -> dict[str, float]:
-    arr = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    arr = np.asarray(values, dtype=float)  # None -> nan
+    arr = arr[~np.isnan(arr)]
     if arr.size == 0:
         return {}
     out = {f"mean_{prefix}_ms": float(arr.mean() * 1e3)}
@@ -169,7 +182,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, i
     duration = max(end - start, 1e-12)
     n_in = int(requests["num_prompt_tokens"].sum())
     n_out = int(requests["num_output_tokens"].sum())
-    itl = [x for lst in requests["itl"] for x in lst]
+    itl = list(itertools.chain.from_iterable(requests["itl"]))
     summary: dict[str, Any] = {
         "num_requests": len(requests),
         "duration_s": duration,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
-from forge.models.base import ForwardBatch, Model
+from forge.models.base import ForwardBatch, Model, OneHotLogits
 from forge.outputs import ModelOutput, SchedulerOutput
 from forge.request import Request
 from forge.sampling import SampleRow, sample, top_logprobs
@@ -43,15 +43,18 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
         if s.sample:
             logits_rows.extend(range(query_start[-1] - 1 - s.num_draft_tokens, query_start[-1]))
     width = max((len(t) for t in tables), default=0)
-    padded = [t + [0] * (width - len(t)) for t in tables]
+    flat: list[int] = []  # the padded tables, row-major: one flat list converts far faster than nested ones
+    for t in tables:
+        flat.extend(t)
+        flat.extend([0] * (width - len(t)))
 
-    def tensor(x: list[int] | list[list[int]], dtype: torch.dtype = torch.long) -> torch.Tensor:
+    def tensor(x: list[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
         return torch.tensor(x, dtype=dtype, device=device)
 
     attn = AttentionMetadata(
         query_start_loc=tensor(query_start),
         seq_lens=tensor(seq_lens),
-        block_tables=tensor(padded) if padded else torch.zeros(0, 0, dtype=torch.long, device=device),
+        block_tables=tensor(flat).view(len(tables), width),
         slot_mapping=tensor(slots),
         block_size=block_size,
         query_lens_cpu=[s.num_tokens for s in sched.scheduled],
@@ -77,6 +80,8 @@ class ModelRunner:
         self.block_size = block_size
         self.seed = seed
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
+        # A host-only model on a host cache skips the batch tensors (and, for greedy rows, the logits).
+        self.host = model.host_only and all(k.device.type == "cpu" for k, _ in self.kv_caches)
         # The swap space: the same layout in host memory.
         spec = model.kv_spec
         shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
@@ -90,6 +95,35 @@ class ModelRunner:
         self.backend.copy_blocks(self.kv_caches, self.cpu_kv_caches, sched.swap_out)
         self.backend.copy_blocks(self.kv_caches, self.kv_caches, sched.copy_blocks)
         self.backend.copy_blocks(self.cpu_kv_caches, self.kv_caches, sched.swap_in)
+
+    @staticmethod
+    def _host_greedy(
+        sched: SchedulerOutput, requests: Mapping[str, Request], logits: OneHotLogits
+    ) -> ModelOutput | None:
+        """When every row is plain greedy (no penalties, constraint, logprobs or drafts), each
+        token is its row's argmax: the one-hot column. None: sample the dense logits instead."""
+        if logits.value <= 0.0:
+            return None
+        sampled: dict[str, list[int]] = {}
+        tokens = logits.tokens
+        i = 0
+        for s in sched.scheduled:
+            if not s.sample:
+                continue
+            rid = s.request_id
+            r = requests[rid]
+            p = r.sampling_params
+            if (
+                s.num_draft_tokens
+                or p.temperature != 0.0
+                or p.logprobs is not None
+                or r.constraint is not None
+                or p.needs_penalties
+            ):
+                return None
+            sampled[rid] = [tokens[i]]
+            i += 1
+        return ModelOutput(sampled)
 
     def request_seed(self, request: Request) -> int:
         seed = request.sampling_params.seed
@@ -105,8 +139,15 @@ class ModelRunner:
         """Run the batch; sample one token per sampling request, or verify its drafts
         (``draft_probs``: the drafter's distributions, per request, where it has them)."""
         self.apply_block_ops(sched)
-        batch = build_forward_batch(sched, self.block_size, self.backend.device)
-        logits = self.model.forward(batch, self.kv_caches, self.backend)
+        if self.host:
+            host_logits = self.model.forward_host(sched.scheduled, self.block_size, self.kv_caches)
+            greedy = self._host_greedy(sched, requests, host_logits)
+            if greedy is not None:
+                return greedy
+            logits = host_logits.dense()
+        else:
+            batch = build_forward_batch(sched, self.block_size, self.backend.device)
+            logits = self.model.forward(batch, self.kv_caches, self.backend)
         rows: list[SampleRow] = []
         owners: list[str] = []
         row_of: list[int] = []

@@ -60,10 +60,20 @@ class PagedKVCache(KVCacheManager):
         self._swap_out: list[tuple[int, int]] = []
         self._copies: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
+        self._num_shared = 0  # blocks with more than one holder; while 0, usage needs no per-block pass
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.num_cow_copies = 0
         self.num_swapped_out = 0
+
+    def _acquire(self, block: Block) -> None:
+        if block.ref_cnt == 1:
+            self._num_shared += 1
+        self.pool.acquire(block)
+
+    def _release(self, blocks: list[Block]) -> None:
+        self._num_shared -= sum(1 for b in blocks if b.ref_cnt == 2)
+        self.pool.free(blocks)
 
     def _block_hashes(self, request: Request, num_tokens: int) -> list[int]:
         """Chained hashes of the request's full blocks within its first ``num_tokens`` tokens."""
@@ -99,7 +109,7 @@ class PagedKVCache(KVCacheManager):
         hit = self._cached_prefix(request)
         self.prefix_queries += request.num_tokens
         for block in hit:
-            self.pool.acquire(block)
+            self._acquire(block)
         rid = request.request_id
         self._blocks[rid] = hit
         self._tables[rid] = [b.block_id for b in hit]
@@ -145,7 +155,7 @@ class PagedKVCache(KVCacheManager):
         new = self.pool.allocate(1)
         assert new is not None
         dst = new[0]
-        self.pool.free([src])
+        self._release([src])
         blocks[index] = dst
         self._tables[rid][index] = dst.block_id
         self._copies.append((src.block_id, dst.block_id))
@@ -159,7 +169,7 @@ class PagedKVCache(KVCacheManager):
             return False
         shared = src[:n]
         for block in shared:
-            self.pool.acquire(block)
+            self._acquire(block)
         cid = child.request_id
         self._blocks[cid] = list(shared)
         self._tables[cid] = [b.block_id for b in shared]
@@ -176,7 +186,7 @@ class PagedKVCache(KVCacheManager):
             return
         keep = -(-num_tokens // self.block_size)
         if keep < len(blocks):
-            self.pool.free(blocks[keep:][::-1])
+            self._release(blocks[keep:][::-1])
             del blocks[keep:]
             del self._tables[rid][keep:]
             self._num_offered[rid] = min(self._num_offered.get(rid, 0), keep)
@@ -192,7 +202,7 @@ class PagedKVCache(KVCacheManager):
             self._cpu_pending.extend(cpu)
         if blocks:
             # Tail blocks first, so they are evicted before the shared prefix blocks.
-            self.pool.free(blocks[::-1])
+            self._release(blocks[::-1])
 
     # -- swapping ------------------------------------------------------------------
     def swap_out(self, request: Request) -> bool:
@@ -206,7 +216,7 @@ class PagedKVCache(KVCacheManager):
         self.num_swapped_out += len(cpu)
         del self._blocks[rid], self._tables[rid]
         self._num_offered.pop(rid, None)
-        self.pool.free(blocks[::-1])
+        self._release(blocks[::-1])
         return True
 
     def swap_in(self, request: Request, num_tokens: int) -> bool:
@@ -261,6 +271,15 @@ class PagedKVCache(KVCacheManager):
         bs = self.block_size
         total = self.num_blocks * bs
         free = self.pool.num_free * bs
+        if not self._num_shared:  # every block has one holder: count per request, not per block
+            tokens = held = 0
+            for r in requests:
+                blocks = self._blocks.get(r.request_id)
+                if blocks:
+                    n = len(blocks) * bs
+                    held += n
+                    tokens += r.num_computed_tokens if r.num_computed_tokens < n else n
+            return KVUsage(total, tokens, 0, held - tokens, 0, free)
         filled: dict[int, int] = {}
         for r in requests:
             blocks = self._blocks.get(r.request_id)

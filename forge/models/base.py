@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
+from forge.outputs import ScheduledRequest
 from forge.tokenizer import Tokenizer
 
 
@@ -45,6 +47,27 @@ class ForwardBatch:
     logits_indices: torch.Tensor
 
 
+@dataclass(frozen=True)
+class OneHotLogits:
+    """Logits kept on the host: row i is ``value`` at column ``tokens[i]`` and 0 elsewhere.
+
+    What a model with no arithmetic returns from ``forward_host``; ``dense()`` is the
+    float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
+    its ``tokens`` entry, so greedy sampling needs no tensor at all."""
+
+    tokens: list[int]
+    value: float
+    vocab_size: int
+    device: torch.device
+
+    def dense(self) -> torch.Tensor:
+        logits = torch.zeros(len(self.tokens), self.vocab_size, dtype=torch.float32, device=self.device)
+        if self.tokens:
+            cols = torch.tensor(self.tokens, dtype=torch.long, device=self.device)
+            logits[torch.arange(len(self.tokens), device=self.device), cols] = self.value
+        return logits
+
+
 class Model(ABC):
     """A causal LM over a paged KV cache.
 
@@ -52,6 +75,13 @@ class Model(ABC):
     ``attn.slot_mapping``) and returns float32 logits ``[len(logits_indices), vocab]``.
     It must not keep state between calls: everything it knows about a request is in the
     cache and the batch.
+
+    ``host_only`` models (no tensor arithmetic, e.g. the synthetic model on CPU) also
+    implement ``forward_host``: the same step computed from the scheduled chunks directly,
+    with no ForwardBatch tensors built. It writes the same KV to the same slots, reads its
+    context back from ``kv_caches`` and returns ``OneHotLogits`` whose ``dense()`` equals
+    what ``forward`` returns for ``build_forward_batch(scheduled, block_size)``: the rows
+    are, per sampling chunk in order, one per draft token and one for its last token.
     """
 
     tokenizer: Tokenizer
@@ -60,5 +90,13 @@ class Model(ABC):
     vocab_size: int
     max_position: int
 
+    host_only: bool = False
+
     @abstractmethod
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
+
+    def forward_host(
+        self, scheduled: Sequence[ScheduledRequest], block_size: int, kv_caches: list[KVLayer]
+    ) -> OneHotLogits:
+        """The step without tensors (``host_only`` models only; see the class docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} has no host-only forward")

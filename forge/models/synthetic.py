@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 
 import torch
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.models.base import ForwardBatch, Model, ModelDims
+from forge.models.base import ForwardBatch, Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
+from forge.outputs import ScheduledRequest
 from forge.tokenizer import ByteTokenizer
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
@@ -24,6 +26,8 @@ class SyntheticModel(Model):
     way, which n-gram drafting can exploit; otherwise the position is mixed in too.
     Output lengths come from the workload (``max_tokens``); EOS is never produced.
     ``dims`` names the transformer whose cost the simulated clock charges for it.
+    On CPU it is ``host_only``: ``forward_host`` reads and writes the cache tensor through a
+    host view of its memory, building no batch tensors (what makes simulated runs fast).
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class SyntheticModel(Model):
         self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype=torch.int64)
         self.dims: ModelDims = model_dims(dims)
         self.device = torch.device(device)
+        self.host_only = self.device.type == "cpu"
 
     def next_token(self, context: tuple[int, ...], position: int) -> int:
         gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
@@ -63,9 +68,8 @@ class SyntheticModel(Model):
         backend.write_kv(kv_caches[0], ids, ids, meta.slot_mapping)
         rows = batch.logits_indices.tolist()
         device = batch.input_ids.device
-        logits = torch.zeros(len(rows), self.vocab_size, dtype=torch.float32, device=device)
         if not rows:
-            return logits
+            return OneHotLogits([], self.peak, self.vocab_size, device).dense()
         # Host-side index arithmetic: the positions of a request's queries are contiguous and end
         # at its seq_len, so row r of request i sits at position seq_lens[i] - (query_end[i] - r).
         ends = list(itertools.accumulate(meta.query_lens_cpu))
@@ -95,6 +99,46 @@ class SyntheticModel(Model):
             ctx = (-1,) * (self.order - n) + tuple(read[j : j + n])
             j += n
             tokens.append(self.next_token(ctx, pos))
-        cols = torch.tensor(tokens, dtype=torch.long, device=device)
-        logits[torch.arange(len(tokens), device=device), cols] = self.peak
-        return logits
+        return OneHotLogits(tokens, self.peak, self.vocab_size, device).dense()
+
+    def forward_host(
+        self, scheduled: Sequence[ScheduledRequest], block_size: int, kv_caches: list[KVLayer]
+    ) -> OneHotLogits:
+        k_cache, v_cache = kv_caches[0]
+        # Host views sharing the cache tensors' memory: each slot is one int64 (1 head x head_dim 1).
+        k = k_cache.view(-1).numpy().data
+        v = v_cache.view(-1).numpy().data
+        bs = block_size
+        for s in scheduled:  # write every token's KV first, as forward does
+            table = s.block_table
+            p = s.start
+            if s.num_tokens == 1:
+                slot = table[p // bs] * bs + p % bs
+                k[slot] = v[slot] = s.token_ids[0]
+                continue
+            for tok in s.token_ids:
+                slot = table[p // bs] * bs + p % bs
+                k[slot] = v[slot] = tok
+                p += 1
+        order = self.order
+        pad = (-1,) * order
+        seed, threshold, span = self.seed, self.threshold, _LAST - _FIRST
+        tokens: list[int] = []
+        for s in scheduled:  # then read each sampled row's context back from the cache
+            if not s.sample:
+                continue
+            table = s.block_table
+            end = s.start + s.num_tokens
+            for pos in range(end - 1 - s.num_draft_tokens, end):
+                off = pos % bs
+                if off >= order - 1:  # the whole context lies in pos's block
+                    slot = table[pos // bs] * bs + off
+                    ctx = tuple(k[slot - order + 1 : slot + 1].tolist())
+                else:
+                    ctx = tuple(k[table[q // bs] * bs + q % bs] for q in range(max(pos - order + 1, 0), pos + 1))
+                    ctx = pad[: order - len(ctx)] + ctx
+                # next_token, inlined: this loop is the model's whole cost in a simulated run.
+                gate = hash((seed, -1, pos, ctx[-1])) & 0xFFFFFFFF
+                key = (seed, *ctx) if gate < threshold else (seed, pos, *ctx)
+                tokens.append(_FIRST + hash(key) % span)
+        return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)

@@ -1,0 +1,129 @@
+"""The fast paths of simulated runs give exactly what the general paths give: the synthetic model's
+host-only forward (vs. ForwardBatch tensors + sampling), the paged cache's per-request usage count
+(vs. a per-block count), and the metrics' vectorised percentiles."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from forge.build import build_engine, workload_requests
+from forge.config import compose_config
+from forge.engine import Engine
+from forge.kernels.torch_backend import TorchBackend
+from forge.kvcache.base import KVUsage
+from forge.kvcache.paged import PagedKVCache
+from forge.metrics import percentiles
+from forge.models.synthetic import SyntheticModel
+from forge.outputs import ScheduledRequest, SchedulerOutput
+from forge.request import Request
+from forge.runner import build_forward_batch
+
+BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
+CASES = {
+    "greedy": [],
+    "random": ["sampling=random"],
+    "ngram-drafts": ["drafter=ngram"],
+    "forks+prefix": ["sampling=random", "+sampling.n=3", "kvcache.enable_prefix_caching=true"],
+    "shared-prefix": ["workload=shared_prefix", "workload.num_requests=12", "kvcache.enable_prefix_caching=true"],
+    "order5-bs4": ["model.order=5", "kvcache.block_size=4", "engine.max_num_batched_tokens=48"],
+    "swap": ["kvcache.num_blocks=140", "engine.preemption_mode=swap", "kvcache.num_cpu_blocks=140"],
+}
+
+
+def run(overrides: list[str], host: bool) -> tuple[dict[str, list[int]], Engine]:
+    cfg = compose_config([*BASE, *overrides])
+    engine = build_engine(cfg)
+    assert engine.runner.host  # the synthetic model on CPU takes the host path by default
+    engine.runner.host = host
+    finals = engine.run(workload_requests(cfg, engine))
+    return {rid: out.token_ids for rid, out in finals.items()}, engine
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_host_path_matches_tensor_path(case: str) -> None:
+    fast, e1 = run(CASES[case], host=True)
+    slow, e2 = run(CASES[case], host=False)
+    assert fast == slow and len(fast) >= 12
+    assert e1.recorder.steps_frame().equals(e2.recorder.steps_frame())
+    assert e1.recorder.requests_frame().equals(e2.recorder.requests_frame())
+
+
+def _row(model: SyntheticModel, cache: list, table: list[int], pos: int, token: int) -> int:  # type: ignore[type-arg]
+    """The token sampled after decoding ``token`` at ``pos`` (on a copy of the cache: reads only)."""
+    copy = [(k.clone(), v.clone()) for k, v in cache]
+    return model.forward_host([ScheduledRequest("a", pos, 1, [token], table, True)], 16, copy).tokens[0]
+
+
+def test_host_path_reads_its_context_from_the_cache() -> None:
+    model = SyntheticModel(seed=3)
+    backend = TorchBackend("cpu")
+    prompt = [40 + (7 * i) % 80 for i in range(48)]
+    table = [5, 2, 7]
+    cache = backend.allocate_kv_cache(model.kv_spec, 8, 16)
+    model.forward_host([ScheduledRequest("a", 0, 48, prompt, table, False)], 16, cache)
+    good = [_row(model, cache, table, p, prompt[p]) for p in range(48)]
+    # The tensor path agrees row for row.
+    for pos in (0, 1, 2, 15, 16, 17, 47):
+        s = ScheduledRequest("a", pos, 1, [prompt[pos]], table, True)
+        batch = build_forward_batch(SchedulerOutput([s], 1), 16, torch.device("cpu"))
+        assert int(model.forward(batch, cache, backend).argmax()) == good[pos]
+    # A cache that mixes blocks (another request's block in the table) changes the output.
+    other = [90 - (3 * i) % 50 for i in range(16)]
+    model.forward_host([ScheduledRequest("b", 0, 16, other, [1], False)], 16, cache)
+    mixed = [_row(model, cache, [5, 1, 7], p, prompt[p]) for p in range(16, 32)]
+    assert sum(a != b for a, b in zip(good[16:32], mixed, strict=True)) > 8
+    # A cache that loses its contents changes the output.
+    for k, v in cache:
+        k.zero_()
+        v.zero_()
+    lost = [_row(model, cache, table, p, prompt[p]) for p in range(48)]
+    assert sum(a != b for a, b in zip(good, lost, strict=True)) > 24
+
+
+def reference_usage(kv: PagedKVCache, requests: list[Request]) -> KVUsage:
+    """Per-block count over the public block tables (a block shared by k holders counts once)."""
+    bs = kv.block_size
+    tables = kv.holders()
+    filled: dict[int, int] = {}
+    for r in requests:
+        table = tables.get(r.request_id)
+        if not table:
+            continue
+        computed = min(r.num_computed_tokens, len(table) * bs)
+        for i, b in enumerate(table):
+            filled[b] = max(filled.get(b, 0), min(max(computed - i * bs, 0), bs))
+    tokens = sum(filled.values())
+    free = kv.num_free_blocks() * bs
+    return KVUsage(kv.num_blocks * bs, tokens, 0, len(filled) * bs - tokens, 0, free)
+
+
+@pytest.mark.parametrize("case", ["greedy", "forks+prefix", "shared-prefix", "swap"])
+def test_paged_usage_matches_per_block_count(case: str) -> None:
+    cfg = compose_config([*BASE, *CASES[case]])
+    engine = build_engine(cfg)
+    kv = engine.scheduler.kv
+    assert isinstance(kv, PagedKVCache)
+    pending = sorted(workload_requests(cfg, engine), key=lambda r: r.arrival_time)
+    for r in pending:
+        r.arrival_time = 0.0
+        engine.add_request(r)
+    checked = 0
+    while engine.has_unfinished():
+        engine.step()
+        running = engine.scheduler.running
+        assert kv.usage(running) == reference_usage(kv, running)
+        checked += 1
+    assert checked > 50
+
+
+def test_percentiles_skip_missing_values() -> None:
+    values = [None, 0.002, math.nan, 0.001, 0.004, None]
+    arr = np.array([0.002, 0.001, 0.004])
+    got = percentiles(values, "x")
+    assert got["mean_x_ms"] == float(arr.mean() * 1e3)
+    assert got["p90_x_ms"] == float(np.percentile(arr, 90) * 1e3)
+    assert percentiles([None, math.nan], "x") == {} and percentiles([], "x") == {}
