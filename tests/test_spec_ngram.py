@@ -95,3 +95,12 @@ def test_stats() -> None:
     assert s.counters()["spec_decode_num_accepted_tokens_total"] == 3
     with pytest.raises(ValueError):
         s.record(1, 2)
+
+
+def test_periodic_tail_still_gets_a_full_draft() -> None:
+    from forge.spec.ngram import ngram_lookup
+
+    # "a b a b a b": the latest occurrences of the suffix overlap it; an earlier one has room.
+    assert ngram_lookup([7, 1, 2, 1, 2, 1, 2], 1, 2, 4) == [1, 2, 1, 2]
+    # A single repeated token: the earliest occurrence gives the longest continuation.
+    assert ngram_lookup([5, 5, 5, 5], 1, 1, 3) == [5, 5, 5]

@@ -12,8 +12,12 @@ from forge.spec.base import Draft, Drafter
 
 
 def ngram_lookup(tokens: Sequence[int], min_n: int, max_n: int, k: int) -> list[int]:
-    """Up to ``k`` tokens that followed the most recent earlier occurrence of the longest suffix
-    of ``tokens`` of length n in [min_n, max_n] (longest first); [] when nothing matches."""
+    """Up to ``k`` tokens that followed an earlier occurrence of the longest suffix of ``tokens``
+    of length n in [min_n, max_n] (longest first); [] when nothing matches.
+
+    The most recent occurrence with ``k`` tokens after it wins; when every occurrence is too
+    close to the end (a repeating run overlapping the suffix), the one with the longest
+    continuation does, so a periodic tail still yields a full draft."""
     length = len(tokens)
     if k <= 0 or length < min_n + 1:
         return []
@@ -23,7 +27,8 @@ def ngram_lookup(tokens: Sequence[int], min_n: int, max_n: int, k: int) -> list[
         windows = sliding_window_view(arr[: length - 1], n)
         hits = np.flatnonzero((windows == arr[length - n :]).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
+            full = hits[hits + n + k <= length]
+            start = int(full[-1] if full.size else hits[0]) + n
             return arr[start : start + k].tolist()
     return []
 
