@@ -92,7 +92,16 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
-    runner = ModelRunner(model, backend, kv.num_blocks, kv.block_size, seed=cfg.seed, num_cpu_blocks=kv.num_cpu_blocks)
+    runner = ModelRunner(
+        model,
+        backend,
+        kv.num_blocks,
+        kv.block_size,
+        seed=cfg.seed,
+        num_cpu_blocks=kv.num_cpu_blocks,
+        max_num_seqs=limits.max_num_seqs,
+        max_model_len=max_model_len,
+    )
     drafter = build_drafter(cfg, backend, model)
     return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)
 

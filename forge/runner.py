@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
+from forge.kernels.cuda_graphs import GraphRunner
 from forge.models.base import ForwardBatch, Model, OneHotLogits
 from forge.outputs import ModelOutput, SchedulerOutput
 from forge.request import Request
@@ -74,12 +75,19 @@ class ModelRunner:
         block_size: int,
         seed: int = 0,
         num_cpu_blocks: int = 0,
+        max_num_seqs: int = 256,
+        max_model_len: int = 4096,
     ) -> None:
         self.model = model
         self.backend = backend
         self.block_size = block_size
         self.seed = seed
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
+        # Backends that can replay decode steps as CUDA graphs get a graph runner (eager otherwise).
+        self.graphs: GraphRunner | None = None
+        if getattr(backend, "supports_cuda_graphs", False):
+            max_blocks = -(-max_model_len // block_size)
+            self.graphs = GraphRunner(model, self.kv_caches, backend, max_num_seqs, max_blocks)
         # A host-only model on a host cache skips the batch tensors (and, for greedy rows, the logits).
         self.host = model.host_only and all(k.device.type == "cpu" for k, _ in self.kv_caches)
         # The swap space: the same layout in host memory.
@@ -147,7 +155,10 @@ class ModelRunner:
             logits = host_logits.dense()
         else:
             batch = build_forward_batch(sched, self.block_size, self.backend.device)
-            logits = self.model.forward(batch, self.kv_caches, self.backend)
+            if self.graphs is not None:
+                logits = self.graphs.run(batch)
+            else:
+                logits = self.model.forward(batch, self.kv_caches, self.backend)
         rows: list[SampleRow] = []
         owners: list[str] = []
         row_of: list[int] = []
