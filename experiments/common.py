@@ -63,8 +63,15 @@ def provenance() -> dict[str, str]:
         except (OSError, subprocess.CalledProcessError):
             return "unknown"
 
-    dirty = git("status", "--porcelain", "--untracked-files=all")
-    commit = git("rev-parse", "--short", "HEAD") + (" with uncommitted work" if dirty else "")
+    # reports/ holds what the studies write (this run's own output included), so it does not make the tree dirty
+    status = git("status", "--porcelain", "--untracked-files=all").splitlines()
+    dirty = [ln.split(None, 1)[-1] for ln in status if ln.strip()]  # "XY path" (the first line's X may be stripped)
+    dirty = [d for d in dirty if not d.startswith("reports/")]
+    commit = git("rev-parse", "--short", "HEAD")
+    if dirty and all(d.startswith("experiments/") for d in dirty):
+        commit += " + experiments fix (uncommitted changes in experiments/: " + ", ".join(sorted(dirty)) + ")"
+    elif dirty:
+        commit += " with uncommitted work"
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         cpu = next(ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name"))

@@ -56,6 +56,8 @@ def table(df: pd.DataFrame) -> str:
         "acceptance_per_position",
         "identical_to_no_spec",
     ]
+    cols[2:2] = [c for c in ("requests",) if c in df]
+    cols += [c for c in ("copied_fraction", "loadavg") if c in df]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df[cols].iterrows():
         cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in r]
@@ -75,6 +77,7 @@ def section(name: str, title: str, plot: str, blurb: str) -> list[str]:
         "",
         f"Command: `{meta.get('command', '?')}`  ",
         f"Commit: `{meta.get('commit', '?')}`; CPU: {meta.get('cpu', '?')} (2 cores, shared with other jobs).",
+        *[f"`uptime` {k[len('uptime ') :]}: `{v}`  " for k, v in meta.items() if k.startswith("uptime")],
         "",
         table(df),
         "",
@@ -92,7 +95,9 @@ def main() -> None:
         "`engine.max_num_seqs` = batch; speedup = time without a drafter / time with it, on identical",
         "requests; `identical_to_no_spec` checks every output token against the non-speculative run.",
         "Tokens per target forward = output tokens / (request, step) verifications (including the",
-        "first token after prefill). Drafter: `ngram`, `num_speculative_tokens=5`, n in [1, 4], adaptive.",
+        "first token after prefill). Mean acceptance length = tokens emitted per verified draft (accepted",
+        "draft tokens + the target's own token), over the steps that had a draft; acceptance rate = accepted /",
+        "proposed draft tokens. Drafter: `ngram`, `num_speculative_tokens=5`, n in [1, 4], adaptive.",
         "",
     ]
     lines += section(
@@ -106,13 +111,31 @@ def main() -> None:
         "a step costs the weight read whatever the number of tokens, so drafts are almost free; as the "
         "batch grows, the step becomes compute-bound and rejected drafts cost real FLOPs.",
     )
+    grounded = (
+        "`grounded` prompts are completion-style (no chat template): the source of a small stdlib function "
+        "(`textwrap.wrap`, `string.capwords`, `functools.total_ordering`, `textwrap.fill`, `shlex.split`, "
+        "`functools.wraps`, `textwrap.shorten`, `functools._c3_merge`, `textwrap.indent`, in turn), shown "
+        "twice, then a third copy cut two words into its docstring, so the model continues it verbatim. "
+        "`copied_fraction` = share of the output (up to the length of the rest of the passage) that reproduces "
+        "it character for character from the start; the rest is the model drifting from the passage (then it "
+        "keeps generating, since `ignore_eos`). `chat` prompts are open questions through the chat template. "
+        "Batch 1 runs 8 requests one after another (`--min-requests 8`). "
+    )
     lines += section(
         "real_smollm2_wall.csv",
         "Wall clock on CPU: SmolLM2-135M-Instruct (model=smollm2)",
         "real_speedup.png",
-        "The `grounded` prompts ask the model to repeat a 12-line passage of a stdlib module's source "
-        "(textwrap, shlex, json.decoder, argparse) through its chat template; `chat` prompts are open "
-        "questions. Wall time on a 2-core machine shared with other engineers' jobs: treat as indicative.",
+        grounded + "Wall time on a 2-core machine shared with other engineers' jobs (`loadavg` = 1-minute "
+        "load average before->after each case, `uptime` above): treat as indicative.",
+    )
+    lines += section(
+        "real_smollm2_simulated.csv",
+        "Simulated clock: SmolLM2-135M-Instruct's own dims on an H100 (roofline)",
+        "real_sim_speedup.png",
+        grounded + "The real model computes every token on the CPU (so acceptance is the real model's), but "
+        "time is the roofline's prediction for a 135M model on an H100 (`clock=simulated`, `model: auto`): "
+        "with so few weights to read, steps are cheap and become compute-bound at smaller batches than an 8B "
+        "model's.",
     )
     (OUT / "README.md").write_text("\n".join(lines))
     print(OUT / "README.md")

@@ -2,17 +2,24 @@
 
     python experiments/speculative/study.py --model synthetic --clock simulated --out reports/speculative/sim.csv
     python experiments/speculative/study.py --model tiny --clock wall --out reports/speculative/tiny_wall.csv
-    python experiments/speculative/study.py --model smollm2 --clock wall --batches 1 --out reports/speculative/real.csv
+    python experiments/speculative/study.py --model smollm2 --clock wall --threads 1 --max-tokens 96 \
+        --min-requests 8 --out reports/speculative/real_smollm2_wall.csv
 
 Every case is run without a drafter and with each drafter on identical requests (all arriving at
-t = 0, batch = max_num_seqs = number of requests). Greedy outputs with and without speculation
-are checked to be identical. Time is the engine clock from the first step to the last finish.
+t = 0, batch = max_num_seqs; number of requests = batch, or the smallest multiple of it that is
+at least ``--min-requests``, so that batch 1 averages over several prompts run one after another).
+Greedy outputs with and without speculation are checked to be identical. Time is the engine clock
+from the first step to the last finish.
+For the grounded workload, ``copied_fraction`` is the share of the output characters (up to the
+length of the expected continuation) that reproduce the prompt's passage verbatim from the start;
+``loadavg`` is the 1-minute load average before and after the case (wall times on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import platform
 import subprocess
 import sys
@@ -21,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import chat_messages, grounded_messages
+from workloads import chat_messages, copied_prefix, grounded_prompts
 
 from forge import LLM, SamplingParams
 
@@ -42,22 +49,38 @@ DRAFTERS = {
 }
 
 
-def run_case(model: str, workload: str, drafter: str, clock: str, batch: int, max_tokens: int) -> dict[str, Any]:
+def run_case(
+    model: str,
+    workload: str,
+    drafter: str,
+    clock: str,
+    batch: int,
+    max_tokens: int,
+    threads: int | None,
+    num_requests: int,
+) -> dict[str, Any]:
     overrides = [
         *MODELS[model][workload],
         *DRAFTERS[drafter],
         f"clock={clock}",
         f"engine.max_num_seqs={batch}",
         "engine.max_num_batched_tokens=4096",
+        *([f"backend.num_threads={threads}"] if threads else []),
     ]
     llm = LLM(*overrides)
-    messages = grounded_messages(batch) if workload == "grounded" else chat_messages(batch)
-    prompts = [llm.tokenizer.apply_chat_template(m) for m in messages]
+    expected: list[str] = []
+    if workload == "grounded":
+        prompts, expected = grounded_prompts(num_requests)
+    else:
+        prompts = [llm.tokenizer.apply_chat_template(m) for m in chat_messages(num_requests)]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     engine = llm.engine
+    load_before = os.getloadavg()[0]
     start = engine.clock.now()
     outs = llm.generate(prompts, params)
     elapsed = engine.clock.now() - start
+    load_after = os.getloadavg()[0]
+    copied = [copied_prefix(o.text, e) / min(len(o.text), len(e)) for o, e in zip(outs, expected, strict=True)]
     steps = engine.recorder.steps_frame()
     n_out = sum(len(o.token_ids) for o in outs)
     accepted = int(steps["num_accepted_tokens"].sum())
@@ -68,6 +91,7 @@ def run_case(model: str, workload: str, drafter: str, clock: str, batch: int, ma
         "drafter": drafter,
         "clock": clock,
         "batch": batch,
+        "requests": num_requests,
         "output_tokens": n_out,
         "seconds": elapsed,
         "steps": len(steps),
@@ -75,8 +99,15 @@ def run_case(model: str, workload: str, drafter: str, clock: str, batch: int, ma
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
         "acceptance_per_position": " ".join(f"{x:.2f}" for x in s.acceptance_per_position),
+        "copied_fraction": sum(copied) / len(copied) if copied else float("nan"),
+        "loadavg": f"{load_before:.2f}->{load_after:.2f}",
         "outputs": [o.token_ids for o in outs],
+        "texts": [o.text for o in outs],
     }
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
@@ -87,6 +118,14 @@ def main() -> None:
     ap.add_argument("--workloads", default="grounded,chat")
     ap.add_argument("--drafters", default="none,ngram")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None, help="backend.num_threads (default: torch's)")
+    ap.add_argument(
+        "--min-requests",
+        type=int,
+        default=1,
+        help="at least this many requests per case (a multiple of the batch; the extra ones queue)",
+    )
+    ap.add_argument("--show", type=int, default=0, help="print this many outputs of each no-drafter case")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     out = Path(args.out)
@@ -100,7 +139,13 @@ def main() -> None:
         ),
         platform.processor(),
     )
-    meta = {"command": " ".join(["python", *sys.argv]), "commit": f"{rev} with uncommitted work", "cpu": cpu}
+    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    meta = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": rev + (" with uncommitted work" if dirty else ""),
+        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "uptime at start": uptime(),
+    }
     writer: csv.DictWriter[str] | None = None
     with out.open("w", newline="") as f:
         f.write("".join(f"# {k}: {v}\n" for k, v in meta.items()))
@@ -108,8 +153,15 @@ def main() -> None:
             for batch in map(int, args.batches.split(",")):
                 base: dict[str, Any] | None = None
                 for drafter in args.drafters.split(","):
-                    row = run_case(args.model, workload, drafter, args.clock, batch, args.max_tokens)
+                    num_requests = batch * -(-args.min_requests // batch)
+                    row = run_case(
+                        args.model, workload, drafter, args.clock, batch, args.max_tokens, args.threads, num_requests
+                    )
                     outputs = row.pop("outputs")
+                    texts = row.pop("texts")
+                    if base is None:
+                        for text in texts[: args.show]:
+                            print(f"--- {workload} output ---\n{text}\n---", flush=True)
                     if base is None:
                         base = {"seconds": row["seconds"], "outputs": outputs}
                     row["identical_to_no_spec"] = outputs == base["outputs"]
@@ -120,6 +172,7 @@ def main() -> None:
                     writer.writerow(row)
                     f.flush()  # a long run leaves its finished cases behind
                     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        f.write(f"# uptime at end: {uptime()}\n")
 
 
 if __name__ == "__main__":

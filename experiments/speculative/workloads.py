@@ -1,13 +1,22 @@
 """Prompts for the speculative-decoding study, built from text that ships with Python (no downloads).
 
-- input-grounded: ask the model to repeat a passage of a stdlib module's source verbatim;
-- chat-like: open questions whose answers are not in the prompt.
+- input-grounded (completion style, no chat template): the full source of a small stdlib function
+  (textwrap, string, functools, shlex), shown twice, then the start of a third copy cut a few words
+  into its docstring; a 135M model continues such a prompt verbatim (in-context copying), which is
+  the case prompt lookup is made for. ``expected_continuation`` is the rest of the third copy, so
+  the study can check how much of each output is a verbatim copy.
+- chat-like: open questions through the chat template; their answers are not in the prompt.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import shlex
+import string
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
 QUESTIONS = [
     "What is a hash table and when would you use one?",
@@ -20,27 +29,54 @@ QUESTIONS = [
     "Suggest a name for a pet turtle and explain why.",
 ]
 
+# Every stdlib function of these modules whose source is 400-1000 characters with a docstring
+# (Python 3.11), in a fixed order; requests cycle through them.
+FUNCTIONS: list[Callable[..., Any]] = [
+    textwrap.wrap,
+    string.capwords,
+    functools.total_ordering,
+    textwrap.fill,
+    shlex.split,
+    functools.wraps,
+    textwrap.shorten,
+    functools._c3_merge,  # type: ignore[attr-defined]
+    textwrap.indent,
+]
+HEAD_WORDS = 2  # words of the docstring given after the opening quotes
 
-def passages(n: int, num_lines: int = 12) -> list[str]:
-    """``n`` passages of ``num_lines`` source lines from stdlib modules."""
-    import argparse
-    import json
-    import shlex
 
-    out: list[str] = []
-    for module in (textwrap, shlex, json.decoder, argparse):
-        lines = [ln for ln in inspect.getsource(module).splitlines() if ln.strip()]
-        for start in range(0, len(lines) - num_lines, num_lines * 3):
-            out.append("\n".join(lines[start : start + num_lines]))
-    return [out[i % len(out)] for i in range(n)]
+def source_passages(n: int) -> list[str]:
+    """``n`` function sources, cycling through ``FUNCTIONS``."""
+    return [inspect.getsource(FUNCTIONS[i % len(FUNCTIONS)]) for i in range(n)]
 
 
-def grounded_messages(n: int) -> list[list[dict[str, str]]]:
-    return [
-        [{"role": "user", "content": "Repeat the following Python code exactly, with no comments:\n\n" + p}]
-        for p in passages(n)
-    ]
+def split_head(source: str) -> tuple[str, str]:
+    """(head, rest): the head ends ``HEAD_WORDS`` words after the docstring's opening quotes."""
+    i = source.index('"""') + 3
+    for _ in range(HEAD_WORDS):
+        i = source.index(" ", i + 1)
+    return source[:i], source[i:]
+
+
+def grounded_prompts(n: int) -> tuple[list[str], list[str]]:
+    """(prompts, expected continuations): source + blank line + source + blank line + head."""
+    prompts, expected = [], []
+    for src in source_passages(n):
+        head, rest = split_head(src)
+        prompts.append(f"{src}\n\n{src}\n\n{head}")
+        expected.append(rest)
+    return prompts, expected
 
 
 def chat_messages(n: int) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(n)]
+
+
+def copied_prefix(output: str, expected: str) -> int:
+    """Characters of ``output`` that reproduce ``expected`` verbatim from the start."""
+    n = 0
+    for a, b in zip(output, expected, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
