@@ -2,8 +2,10 @@
 
     python experiments/speculative/study.py --model synthetic --clock simulated --out reports/speculative/sim.csv
     python experiments/speculative/study.py --model tiny --clock wall --out reports/speculative/tiny_wall.csv
-    python experiments/speculative/study.py --model smollm2 --clock wall --threads 1 --max-tokens 96 \
-        --min-requests 8 --out reports/speculative/real_smollm2_wall.csv
+    python experiments/speculative/study.py --model smollm2 --clock wall --threads 2 --max-tokens 96 \
+        --min-requests 8 --kv-gib 2 --out reports/speculative/real_smollm2_wall.csv
+    python experiments/speculative/study.py --model smollm2 --clock simulated --threads 2 --max-tokens 96 \
+        --min-requests 8 --out reports/speculative/real_smollm2_simulated.csv
 
 Every case is run without a drafter and with each drafter on identical requests (all arriving at
 t = 0, batch = max_num_seqs; number of requests = batch, or the smallest multiple of it that is
@@ -13,6 +15,8 @@ from the first step to the last finish.
 For the grounded workload, ``copied_fraction`` is the share of the output characters (up to the
 length of the expected continuation) that reproduce the prompt's passage verbatim from the start;
 ``loadavg`` is the 1-minute load average before and after the case (wall times on a shared machine).
+``prefill_step_seconds`` / ``decode_step_seconds``: time of the steps that did / did not compute prompt
+tokens; ``decode_speedup`` compares the latter, i.e. the generation phase without the (unchanged) prefill.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import chat_messages, copied_prefix, grounded_prompts
+from workloads import FUNCTIONS, chat_messages, copied_prefix, grounded_prompts
 
 from forge import LLM, SamplingParams
 
@@ -58,6 +62,7 @@ def run_case(
     max_tokens: int,
     threads: int | None,
     num_requests: int,
+    kv_gib: float | None = None,
 ) -> dict[str, Any]:
     overrides = [
         *MODELS[model][workload],
@@ -66,6 +71,7 @@ def run_case(
         f"engine.max_num_seqs={batch}",
         "engine.max_num_batched_tokens=4096",
         *([f"backend.num_threads={threads}"] if threads else []),
+        *([f"engine.kv_cache_memory_gib={kv_gib}"] if kv_gib else []),
     ]
     llm = LLM(*overrides)
     expected: list[str] = []
@@ -80,9 +86,11 @@ def run_case(
     outs = llm.generate(prompts, params)
     elapsed = engine.clock.now() - start
     load_after = os.getloadavg()[0]
-    copied = [copied_prefix(o.text, e) / min(len(o.text), len(e)) for o, e in zip(outs, expected, strict=True)]
+    copied = [copied_prefix(o.text, e) / min(len(o.text), len(e)) for o, e in zip(outs, expected, strict=False)]
     steps = engine.recorder.steps_frame()
     n_out = sum(len(o.token_ids) for o in outs)
+    step_seconds = steps["end_time"] - steps["start_time"]
+    has_prefill = steps["num_prefill_tokens"] > 0
     accepted = int(steps["num_accepted_tokens"].sum())
     s = engine.spec_stats
     return {
@@ -95,6 +103,9 @@ def run_case(
         "output_tokens": n_out,
         "seconds": elapsed,
         "steps": len(steps),
+        "preemptions": int(steps["num_preempted"].sum()),
+        "prefill_step_seconds": float(step_seconds[has_prefill].sum()),
+        "decode_step_seconds": float(step_seconds[~has_prefill].sum()),
         "tokens_per_target_forward": n_out / (n_out - accepted),
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
@@ -103,6 +114,7 @@ def run_case(
         "loadavg": f"{load_before:.2f}->{load_after:.2f}",
         "outputs": [o.token_ids for o in outs],
         "texts": [o.text for o in outs],
+        "expected": expected,
     }
 
 
@@ -125,7 +137,11 @@ def main() -> None:
         default=1,
         help="at least this many requests per case (a multiple of the batch; the extra ones queue)",
     )
+    ap.add_argument("--kv-gib", type=float, default=None, help="engine.kv_cache_memory_gib (wall clock)")
     ap.add_argument("--show", type=int, default=0, help="print this many outputs of each no-drafter case")
+    ap.add_argument(
+        "--samples-out", default=None, help="markdown file with the grounded outputs (no drafter, most requests)"
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     out = Path(args.out)
@@ -147,6 +163,7 @@ def main() -> None:
         "uptime at start": uptime(),
     }
     writer: csv.DictWriter[str] | None = None
+    samples: tuple[str, list[str], list[str]] = ("", [], [])
     with out.open("w", newline="") as f:
         f.write("".join(f"# {k}: {v}\n" for k, v in meta.items()))
         for workload in args.workloads.split(","):
@@ -155,17 +172,29 @@ def main() -> None:
                 for drafter in args.drafters.split(","):
                     num_requests = batch * -(-args.min_requests // batch)
                     row = run_case(
-                        args.model, workload, drafter, args.clock, batch, args.max_tokens, args.threads, num_requests
+                        args.model,
+                        workload,
+                        drafter,
+                        args.clock,
+                        batch,
+                        args.max_tokens,
+                        args.threads,
+                        num_requests,
+                        args.kv_gib,
                     )
                     outputs = row.pop("outputs")
                     texts = row.pop("texts")
+                    expected = row.pop("expected")
                     if base is None:
                         for text in texts[: args.show]:
                             print(f"--- {workload} output ---\n{text}\n---", flush=True)
+                        if args.samples_out and expected and len(expected) >= len(samples[1]):
+                            samples = (" ".join(sys.argv), expected, texts)
                     if base is None:
-                        base = {"seconds": row["seconds"], "outputs": outputs}
+                        base = {**row, "outputs": outputs}
                     row["identical_to_no_spec"] = outputs == base["outputs"]
                     row["speedup"] = base["seconds"] / row["seconds"]
+                    row["decode_speedup"] = base["decode_step_seconds"] / row["decode_step_seconds"]
                     if writer is None:
                         writer = csv.DictWriter(f, fieldnames=list(row))
                         writer.writeheader()
@@ -173,6 +202,34 @@ def main() -> None:
                     f.flush()  # a long run leaves its finished cases behind
                     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         f.write(f"# uptime at end: {uptime()}\n")
+    if args.samples_out:
+        write_samples(Path(args.samples_out), args.model, *samples)
+
+
+def write_samples(path: Path, model: str, command: str, expected: list[str], texts: list[str]) -> None:
+    """Each distinct grounded prompt's expected continuation vs the model's greedy output."""
+    lines = [
+        f"# Grounded workload: what `model={model}` writes (greedy, no drafter)",
+        "",
+        f"Written by `python {command}`. Per request: characters reproduced verbatim from the start / "
+        "characters left in the passage after the prompt's head, then the output.",
+        "",
+    ]
+    seen = set()
+    for i, (e, t) in enumerate(zip(expected, texts, strict=True)):
+        if e in seen:
+            continue
+        seen.add(e)
+        name = FUNCTIONS[i % len(FUNCTIONS)]
+        lines += [
+            f"## {name.__module__}.{name.__name__}: {copied_prefix(t, e)} / {len(e)} characters copied",
+            "",
+            "```",
+            t,
+            "```",
+            "",
+        ]
+    path.write_text("\n".join(lines))
 
 
 if __name__ == "__main__":
