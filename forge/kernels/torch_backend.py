@@ -35,6 +35,9 @@ class TorchBackend(KernelBackend):
         v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
     def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        if query.shape[0] == meta.num_seqs:  # a pure decode step: one query row per request, in order
+            idx = torch.arange(meta.num_seqs, device=query.device)
+            return self._decode_attention(query, kv, meta, idx, scale)
         out = torch.empty_like(query)
         single = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
         multi = [i for i, n in enumerate(meta.query_lens_cpu) if n > 1]
@@ -63,12 +66,20 @@ class TorchBackend(KernelBackend):
         kvh = k_cache.shape[2]
         k = k_cache[tables].flatten(1, 2)[:, :max_len].to(q.dtype)  # [b, L, kvh, d]
         v = v_cache[tables].flatten(1, 2)[:, :max_len].to(q.dtype)
-        qg = q.view(b, kvh, h // kvh, d)
-        scores = torch.einsum("bkgd,blkd->bkgl", qg, k) * scale
+        g = h // kvh
+        qg = q.view(b, kvh, g, d)
+        # One batched matmul per KV head on strided views: no copy of the gathered context.
+        scores = torch.empty(kvh, b, g, max_len, dtype=q.dtype, device=q.device)
+        for j in range(kvh):
+            torch.bmm(qg[:, j], k[:, :, j].transpose(1, 2), out=scores[j])
+        scores *= scale
         pad = torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None]
-        scores.masked_fill_(pad[:, None, None, :], float("-inf"))
+        scores.masked_fill_(pad[None, :, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        return torch.einsum("bkgl,blkd->bkgd", probs, v).reshape(b, h, d)
+        out = torch.empty(kvh, b, g, d, dtype=q.dtype, device=q.device)
+        for j in range(kvh):
+            torch.bmm(probs[j], v[:, :, j], out=out[j])
+        return out.permute(1, 0, 2, 3).reshape(b, h, d)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
