@@ -238,6 +238,26 @@ def random_state_dict(config: LlamaConfig, seed: int) -> dict[str, torch.Tensor]
     return state
 
 
+def tiny_config(
+    vocab_size: int = 320,
+    hidden_size: int = 64,
+    intermediate_size: int = 160,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    max_position: int = 4096,
+) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        max_position=max_position,
+    )
+
+
 def build_tiny(
     seed: int = 0,
     vocab_size: int = 320,
@@ -255,14 +275,6 @@ def build_tiny(
     float64 by default, so greedy argmax never flips on the last-bit differences that
     different batch shapes cause in BLAS reductions.
     """
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        max_position=max_position,
-    )
+    config = tiny_config(vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, max_position)
     state = random_state_dict(config, seed)
     return Llama.from_state_dict(config, state, ByteTokenizer(vocab_size), getattr(torch, dtype), device)

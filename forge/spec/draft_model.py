@@ -11,7 +11,7 @@ import torch
 from forge.kernels.base import KernelBackend, KVLayer
 from forge.kvcache.paged import PagedKVCache
 from forge.models.base import Model
-from forge.models.llama import Llama, LlamaConfig, random_state_dict
+from forge.models.llama import Llama, LlamaConfig, random_state_dict, tiny_config
 from forge.outputs import ScheduledRequest, SchedulerOutput
 from forge.request import Request
 from forge.runner import build_forward_batch
@@ -176,15 +176,7 @@ def build_related_tiny(
         raise ValueError(f"drafter noise must be >= 0, got {noise}")
 
     def config(layers: int) -> LlamaConfig:
-        return LlamaConfig(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            intermediate_size=intermediate_size,
-            num_layers=layers,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            max_position=max_position,
-        )
+        return tiny_config(vocab_size, hidden_size, intermediate_size, layers, num_heads, num_kv_heads, max_position)
 
     state = random_state_dict(config(target_num_layers), seed)
     g = torch.Generator().manual_seed(seed + 1)

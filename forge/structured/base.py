@@ -52,6 +52,22 @@ class ConstraintSpec:
         return cls("regex", pattern)
 
 
+def check_budget(min_tokens: int, budget: int) -> None:
+    """Reject a request whose ``max_tokens`` cannot hold the shortest valid output."""
+    if min_tokens > budget:
+        raise GrammarError(f"the shortest output matching the format needs {min_tokens} tokens; max_tokens={budget}")
+
+
+def fit_mask(mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``mask`` padded with False (or cut) to the model's ``vocab_size``."""
+    if vocab_size == mask.numel():
+        return mask
+    out = torch.zeros(vocab_size, dtype=torch.bool)
+    n = min(vocab_size, mask.numel())
+    out[:n] = mask[:n]
+    return out
+
+
 class Constraint(ABC):
     """One request's automaton state (implements ``forge.request.TokenConstraint``)."""
 

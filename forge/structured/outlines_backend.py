@@ -9,7 +9,15 @@ from collections import OrderedDict
 
 import torch
 
-from forge.structured.base import Constraint, ConstraintSpec, Grammar, GrammarError, StructuredBackend
+from forge.structured.base import (
+    Constraint,
+    ConstraintSpec,
+    Grammar,
+    GrammarError,
+    StructuredBackend,
+    check_budget,
+    fit_mask,
+)
 from forge.structured.guide import DFAGuide, build_index, spec_to_regex
 from forge.structured.vocab import token_bytes
 from forge.tokenizer import Tokenizer
@@ -19,22 +27,13 @@ class DFAConstraint(Constraint):
     """A request's DFA state and remaining token budget."""
 
     def __init__(self, guide: DFAGuide, budget: int) -> None:
-        if guide.min_tokens > budget:
-            raise GrammarError(
-                f"the shortest output matching the format needs {guide.min_tokens} tokens; max_tokens={budget}"
-            )
+        check_budget(guide.min_tokens, budget)
         self.guide = guide
         self.state = guide.initial
         self.remaining = budget
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor | None:
-        mask = self.guide.mask(self.state, self.remaining)
-        if vocab_size != mask.numel():
-            out = torch.zeros(vocab_size, dtype=torch.bool)
-            n = min(vocab_size, mask.numel())
-            out[:n] = mask[:n]
-            return out
-        return mask
+        return fit_mask(self.guide.mask(self.state, self.remaining), vocab_size)
 
     def accept(self, token: int) -> None:
         nxt = self.guide.next_state(self.state, token)

@@ -22,7 +22,15 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
-from forge.structured.base import Constraint, ConstraintSpec, Grammar, GrammarError, StructuredBackend
+from forge.structured.base import (
+    Constraint,
+    ConstraintSpec,
+    Grammar,
+    GrammarError,
+    StructuredBackend,
+    check_budget,
+    fit_mask,
+)
 from forge.structured.guide import DFAGuide, build_index, spec_to_regex
 from forge.structured.vocab import token_bytes
 from forge.tokenizer import Tokenizer
@@ -38,10 +46,7 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 class XGrammarConstraint(Constraint):
     def __init__(self, grammar: XGrammarGrammar, budget: int) -> None:
-        if grammar.min_tokens > budget:
-            raise GrammarError(
-                f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={budget}"
-            )
+        check_budget(grammar.min_tokens, budget)
         self.grammar = grammar
         self.matcher: Any = xgr.GrammarMatcher(grammar.compiled)
         self.bitmask = xgr.allocate_token_bitmask(1, grammar.vocab_size)
@@ -62,12 +67,7 @@ class XGrammarConstraint(Constraint):
                     self.matcher = None
                     guarded = self.guide.mask(self.state, self.remaining)
                 mask = guarded
-        if vocab_size != mask.numel():
-            out = torch.zeros(vocab_size, dtype=torch.bool)
-            n = min(vocab_size, mask.numel())
-            out[:n] = mask[:n]
-            mask = out
-        return mask
+        return fit_mask(mask, vocab_size)
 
     def accept(self, token: int) -> None:
         if self.matcher is not None and not self.matcher.accept_token(token):
