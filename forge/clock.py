@@ -7,6 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import mul
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,12 @@ class BatchShape:
 
     @classmethod
     def of(cls, sched: SchedulerOutput) -> BatchShape:
+        chunks = sched.scheduled
+        # Drafts are scheduled all or none, so only sampling chunks have any: one row each, plus the last token's.
         return cls(
-            query_lens=[s.num_tokens for s in sched.scheduled],
-            seq_lens=[s.start + s.num_tokens for s in sched.scheduled],
-            num_sampled=sum(1 + s.num_draft_tokens for s in sched.scheduled if s.sample),
+            query_lens=[c.num_tokens for c in chunks],
+            seq_lens=[c.start + c.num_tokens for c in chunks],
+            num_sampled=[c.sample for c in chunks].count(True) + sum([c.num_draft_tokens for c in chunks]),
         )
 
 
@@ -95,7 +98,9 @@ class RooflineCostModel(CostModel):
         tokens: int = sum(batch.query_lens)
         if tokens == 0:
             return 0.0
-        pairs: float = sum(q * (s - (q - 1) / 2) for q, s in zip(batch.query_lens, batch.seq_lens, strict=True))
+        # sum over requests of q * (s - (q - 1) / 2): each query attends to its own prefix (C-level sums)
+        q, s = batch.query_lens, batch.seq_lens
+        pairs = (2 * sum(map(mul, q, s)) - sum(map(mul, q, q)) + tokens) / 2
         flops: float = 2 * self.linear_params * tokens + 2 * self.head_params * batch.num_sampled
         flops += self.attn_flops_per_pair * pairs
         bytes_moved = self.weight_bytes + self.kv_bytes_per_token * (sum(batch.seq_lens) + tokens)

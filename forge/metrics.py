@@ -151,7 +151,7 @@ class MetricsRecorder:
                     "ttft": None if first is None else first - tl.arrival_time,
                     "e2e": None if tl.finish_time is None else tl.finish_time - tl.arrival_time,
                     "tpot": (times[-1] - times[0]) / (n - 1) if n > 1 else None,
-                    "itl": list(np.diff(times)) if n > 1 else [],
+                    "itl": np.diff(times).tolist() if n > 1 else [],
                 }
             )
         return pd.DataFrame(rows)
@@ -182,7 +182,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, i
     duration = max(end - start, 1e-12)
     n_in = int(requests["num_prompt_tokens"].sum())
     n_out = int(requests["num_output_tokens"].sum())
-    itl = list(itertools.chain.from_iterable(requests["itl"]))
+    itl = np.fromiter(itertools.chain.from_iterable(requests["itl"]), dtype=float)
     summary: dict[str, Any] = {
         "num_requests": len(requests),
         "duration_s": duration,

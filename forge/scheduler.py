@@ -177,40 +177,47 @@ class Scheduler:
             self.running.append(request)
             ok = self._allocate(request, n)
             assert ok, "swap_in covered the chunk"
-            scheduled.append(self._scheduled(request, n))
+            scheduled.append(self._scheduled(request, n, request.num_tokens))
             budget -= n
         return budget
 
     def _schedule_running(self, budget: int, scheduled: list[ScheduledRequest], preempted: list[Request]) -> int:
-        done = {s.request_id for s in scheduled}
+        swapped_in = {s.request_id for s in scheduled}  # already scheduled this step (waiting-first swap-ins)
         running = RequestStatus.RUNNING
+        kv = self.kv
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
                 break
-            if request.status is not running or request.request_id in done:
+            if request.status is not running or (swapped_in and request.request_id in swapped_in):
                 continue
             spec = request.spec_token_ids
-            n = len(request.prompt_token_ids) + len(request.output_token_ids) + len(spec) - request.num_computed_tokens
+            known = len(request.prompt_token_ids) + len(request.output_token_ids)
+            n = known + len(spec) - request.num_computed_tokens
             if n > budget:
                 n = budget
             if n <= 0:
                 continue
             if spec:
                 n = self._fit_drafts(request, n)
-            while not self._allocate(request, n):
+            while not kv.allocate_slots(request, end := request.num_computed_tokens + n, end if end < known else known):
                 if request.spec_token_ids:  # drafts never cause a preemption: drop them first
                     n = self._fit_drafts(request, n - len(request.spec_token_ids))
                     continue
-                candidates = [r for r in self.running if r.request_id not in done]
-                victim = self.policy.pick_victim(candidates)
+                done = {s.request_id for s in scheduled}
+                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in done])
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is request:
                     break
-            if request.status is not RequestStatus.RUNNING:
+            if request.status is not running:
                 continue
-            scheduled.append(self._scheduled(request, n))
-            done.add(request.request_id)
+            if n == 1 and not spec and end == known:  # a plain decode: _scheduled, inlined for speed
+                rid = request.request_id
+                out = request.output_token_ids
+                token = out[-1] if out else request.prompt_token_ids[-1]
+                scheduled.append(ScheduledRequest(rid, end - 1, 1, [token], kv.block_table(rid), True))
+            else:
+                scheduled.append(self._scheduled(request, n, known))
             budget -= n
         return budget
 
@@ -237,7 +244,7 @@ class Scheduler:
             self.waiting.pop()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            scheduled.append(self._scheduled(request, n))
+            scheduled.append(self._scheduled(request, n, request.num_tokens))
             budget -= n
         return budget
 
@@ -246,10 +253,10 @@ class Scheduler:
         known = len(request.prompt_token_ids) + len(request.output_token_ids)
         return self.kv.allocate_slots(request, end, end if end < known else known)
 
-    def _scheduled(self, request: Request, n: int) -> ScheduledRequest:
+    def _scheduled(self, request: Request, n: int, known: int) -> ScheduledRequest:
+        """The chunk of ``n`` tokens from the request's first uncomputed one (``known``: its prompt + output length)."""
         start = request.num_computed_tokens
         end = start + n
-        known = len(request.prompt_token_ids) + len(request.output_token_ids)
         return ScheduledRequest(
             request.request_id,
             start,
@@ -296,7 +303,6 @@ class Scheduler:
         finished: list[Request] = []
         sampled = out.sampled_token_ids
         logprobs = out.logprobs
-        forks = self._forks
         for s in sched.scheduled:
             rid = s.request_id
             request = by_id.get(rid)
@@ -306,24 +312,13 @@ class Scheduler:
             if not s.sample:
                 continue
             accepted = sampled[rid]
-            rejected = s.num_draft_tokens - (len(accepted) - 1)
-            request.num_computed_tokens -= rejected
-            if request.spec_token_ids:
-                request.spec_token_ids = []
-            new: list[int] = []
-            stopped = False
-            for token in accepted:
+            if len(accepted) == 1 and not s.num_draft_tokens and request.constraint is None and not self._forks:
+                token = accepted[0]  # one plain new token: _accept, inlined for speed
                 request.output_token_ids.append(token)
-                new.append(token)
-                if request.constraint is not None:
-                    request.constraint.accept(token)
-                if self._check_stop(request, token, eos_token_ids):
-                    stopped = True
-                    break
-            if rejected:
-                self.kv.trim(request, request.num_computed_tokens)
-            if forks and rid in forks and request.num_computed_tokens >= request.num_prompt_tokens:
-                self._fork(request)
+                new = accepted
+                stopped = self._check_stop(request, token, eos_token_ids)
+            else:
+                new, stopped = self._accept(request, s, accepted, eos_token_ids)
             if stopped:
                 finished.append(request)
             outputs.append(
@@ -345,6 +340,31 @@ class Scheduler:
             done = {r.request_id for r in finished}
             self.running = [r for r in self.running if r.request_id not in done]
         return outputs
+
+    def _accept(
+        self, request: Request, s: ScheduledRequest, accepted: list[int], eos_token_ids: frozenset[int]
+    ) -> tuple[list[int], bool]:
+        """Append the step's accepted tokens (after verified drafts: rejected ones are uncomputed and
+        their slots trimmed) until one stops the request; fork its children once its prompt is in.
+        Returns the appended tokens and whether the request stopped."""
+        rejected = s.num_draft_tokens - (len(accepted) - 1)
+        request.num_computed_tokens -= rejected
+        request.spec_token_ids = []
+        new: list[int] = []
+        stopped = False
+        for token in accepted:
+            request.output_token_ids.append(token)
+            new.append(token)
+            if request.constraint is not None:
+                request.constraint.accept(token)
+            if self._check_stop(request, token, eos_token_ids):
+                stopped = True
+                break
+        if rejected:
+            self.kv.trim(request, request.num_computed_tokens)
+        if request.request_id in self._forks and request.num_computed_tokens >= request.num_prompt_tokens:
+            self._fork(request)
+        return new, stopped
 
     def _fork(self, parent: Request) -> None:
         """Each child shares the parent's blocks for all but the last prompt token, which it

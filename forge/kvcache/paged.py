@@ -127,8 +127,10 @@ class PagedKVCache(KVCacheManager):
         bs = self.block_size
         need = (num_tokens + bs - 1) // bs - len(blocks)
         # Copy-on-write: the first position written this step lies in a block others hold too.
-        first = request.num_computed_tokens // bs
-        cow = first < len(blocks) and blocks[first].ref_cnt > 1 and num_tokens > request.num_computed_tokens
+        cow = False
+        if self._num_shared:
+            first = request.num_computed_tokens // bs
+            cow = first < len(blocks) and blocks[first].ref_cnt > 1 and num_tokens > request.num_computed_tokens
         if need > 0 or cow:
             if max(need, 0) + cow > self.pool.free_queue.size:
                 return False

@@ -109,36 +109,35 @@ class SyntheticModel(Model):
         k = k_cache.view(-1).numpy().data
         v = v_cache.view(-1).numpy().data
         bs = block_size
-        for s in scheduled:  # write every token's KV first, as forward does
+        # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
+        # same step writes: a block is readable by others (prefix hit) only after its writer allocated
+        # it, and allocation order is the order of ``scheduled``; so this equals write-all-then-read.
+        seed, threshold, span, back = self.seed, self.threshold, _LAST - _FIRST, self.order - 1
+        tokens: list[int] = []
+        for s in scheduled:
             table = s.block_table
             p = s.start
-            if s.num_tokens == 1:
-                slot = table[p // bs] * bs + p % bs
+            if s.num_tokens == 1:  # a decode, inlined: this is a simulated run's whole model cost
+                off = p % bs
+                slot = table[p // bs] * bs + off
                 k[slot] = v[slot] = s.token_ids[0]
+                if s.sample:
+                    ctx = tuple(k[slot - back : slot + 1]) if off >= back else self._context(k, table, bs, p)
+                    gate = hash((seed, -1, p, ctx[-1])) & 0xFFFFFFFF
+                    tokens.append(_FIRST + hash((seed, *ctx) if gate < threshold else (seed, p, *ctx)) % span)
                 continue
             for tok in s.token_ids:
                 slot = table[p // bs] * bs + p % bs
                 k[slot] = v[slot] = tok
                 p += 1
-        order = self.order
-        pad = (-1,) * order
-        seed, threshold, span = self.seed, self.threshold, _LAST - _FIRST
-        tokens: list[int] = []
-        for s in scheduled:  # then read each sampled row's context back from the cache
-            if not s.sample:
-                continue
-            table = s.block_table
-            end = s.start + s.num_tokens
-            for pos in range(end - 1 - s.num_draft_tokens, end):
-                off = pos % bs
-                if off >= order - 1:  # the whole context lies in pos's block
-                    slot = table[pos // bs] * bs + off
-                    ctx = tuple(k[slot - order + 1 : slot + 1].tolist())
-                else:
-                    ctx = tuple(k[table[q // bs] * bs + q % bs] for q in range(max(pos - order + 1, 0), pos + 1))
-                    ctx = pad[: order - len(ctx)] + ctx
-                # next_token, inlined: this loop is the model's whole cost in a simulated run.
-                gate = hash((seed, -1, pos, ctx[-1])) & 0xFFFFFFFF
-                key = (seed, *ctx) if gate < threshold else (seed, pos, *ctx)
-                tokens.append(_FIRST + hash(key) % span)
+            if s.sample:
+                end = s.start + s.num_tokens
+                for pos in range(end - 1 - s.num_draft_tokens, end):
+                    tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
+
+    def _context(self, k: memoryview, table: list[int], bs: int, pos: int) -> tuple[int, ...]:
+        """The ``order`` tokens ending at ``pos`` (-1 before the sequence), read from the cache's host view."""
+        first = pos - self.order + 1
+        ctx = tuple([k[table[q // bs] * bs + q % bs] for q in range(max(first, 0), pos + 1)])
+        return (-1,) * -first + ctx if first < 0 else ctx
