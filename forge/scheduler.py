@@ -199,18 +199,12 @@ class Scheduler:
                 continue
             if spec:
                 n = self._fit_drafts(request, n)
-            while not kv.allocate_slots(request, end := request.num_computed_tokens + n, end if end < known else known):
-                if request.spec_token_ids:  # drafts never cause a preemption: drop them first
-                    n = self._fit_drafts(request, n - len(request.spec_token_ids))
+            end = request.num_computed_tokens + n
+            if not kv.allocate_slots(request, end, end if end < known else known):
+                n = self._make_room(request, n, known, scheduled, preempted)
+                if n == 0:  # the request itself was preempted
                     continue
-                done = {s.request_id for s in scheduled}
-                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in done])
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is request:
-                    break
-            if request.status is not running:
-                continue
+                end = request.num_computed_tokens + n
             if n == 1 and not spec and end == known:  # a plain decode: _scheduled, inlined for speed
                 rid = request.request_id
                 out = request.output_token_ids
@@ -220,6 +214,26 @@ class Scheduler:
                 scheduled.append(self._scheduled(request, n, known))
             budget -= n
         return budget
+
+    def _make_room(
+        self, request: Request, n: int, known: int, scheduled: list[ScheduledRequest], preempted: list[Request]
+    ) -> int:
+        """Slots for ``n`` tokens of a running request did not fit: drop its drafts, then preempt
+        unscheduled requests (the policy picks; possibly this one) until they do. Returns the
+        tokens it gets (0: it was preempted)."""
+        while True:
+            if request.spec_token_ids:  # drafts never cause a preemption: drop them first
+                n = self._fit_drafts(request, n - len(request.spec_token_ids))
+            else:
+                done = {s.request_id for s in scheduled}
+                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in done])
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    return 0
+            end = request.num_computed_tokens + n
+            if self.kv.allocate_slots(request, end, end if end < known else known):
+                return n
 
     def _admit(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
         while budget > 0 and len(self.running) < self.limits.max_num_seqs:

@@ -101,7 +101,7 @@ def reference_usage(kv: PagedKVCache, requests: list[Request]) -> KVUsage:
     return KVUsage(kv.num_blocks * bs, tokens, 0, len(filled) * bs - tokens, 0, free)
 
 
-@pytest.mark.parametrize("case", ["greedy", "forks+prefix", "shared-prefix", "swap"])
+@pytest.mark.parametrize("case", ["greedy", "ngram-drafts", "forks+prefix", "shared-prefix", "swap"])
 def test_paged_usage_matches_per_block_count(case: str) -> None:
     cfg = compose_config([*BASE, *CASES[case]])
     engine = build_engine(cfg)

@@ -273,6 +273,12 @@ class PagedKVCache(KVCacheManager):
         bs = self.block_size
         total = self.num_blocks * bs
         free = self.pool.num_free * bs
+        if not self._num_shared and len(requests) == len(self._blocks):
+            # The requests are the holders and every used block has one holder; a request's computed
+            # tokens always lie in its blocks (allocated before they are computed): no per-request pass.
+            held = (self.num_blocks - self.pool.num_free) * bs
+            tokens = sum([r.num_computed_tokens for r in requests])
+            return KVUsage(total, tokens, 0, held - tokens, 0, free)
         if not self._num_shared:  # every block has one holder: count per request, not per block
             tokens = held = 0
             for r in requests:
