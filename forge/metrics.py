@@ -76,17 +76,16 @@ class MetricsRecorder:
         kv: KVUsage,
         num_running: int,
     ) -> None:
-        prefill = decode = drafts = accepted = 0
+        prefill = drafts = accepted = 0
         timelines = self.requests
         for s in sched.scheduled:
             tl = timelines[s.request_id]
             if tl.first_scheduled_time is None:
                 tl.first_scheduled_time = start
-            prompt_len = tl.num_prompt_tokens
-            p = 0 if s.start >= prompt_len else min(s.start + s.num_tokens, prompt_len) - s.start
-            prefill += p
-            decode += s.num_tokens - p - s.num_draft_tokens
+            if s.start < tl.num_prompt_tokens:
+                prefill += min(s.start + s.num_tokens, tl.num_prompt_tokens) - s.start
             drafts += s.num_draft_tokens
+        decode = sched.num_batched_tokens - prefill - drafts
         for out in outputs:
             tl = timelines[out.request_id]
             n_new = len(out.new_token_ids)

@@ -120,14 +120,7 @@ class ModelRunner:
                 continue
             rid = s.request_id
             r = requests[rid]
-            p = r.sampling_params
-            if (
-                s.num_draft_tokens
-                or p.temperature != 0.0
-                or p.logprobs is not None
-                or r.constraint is not None
-                or p.needs_penalties
-            ):
+            if s.num_draft_tokens or not r.sampling_params.plain_greedy or r.constraint is not None:
                 return None
             sampled[rid] = [tokens[i]]
             i += 1

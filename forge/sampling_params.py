@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingParams:
-    """How one request samples its tokens.
+    """How one request samples its tokens (immutable; ``dataclasses.replace`` derives variants).
 
     ``temperature == 0`` is greedy. Sampled requests draw from a generator seeded by
     ``(seed, position)``, so their tokens never depend on what else is in the batch.
+    ``plain_greedy``: greedy with no penalties and no logprobs, so the token is the logits' argmax.
     """
 
     max_tokens: int = 16
@@ -26,6 +27,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: int | None = None
     n: int = 1  # parallel sampling: n sequences from one prompt, sharing its KV blocks (forge.fork)
+    plain_greedy: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -42,7 +44,8 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        self.stop_token_ids = list(self.stop_token_ids)
+        object.__setattr__(self, "stop_token_ids", list(self.stop_token_ids))
+        object.__setattr__(self, "plain_greedy", self.greedy and self.logprobs is None and not self.needs_penalties)
 
     @property
     def greedy(self) -> bool:

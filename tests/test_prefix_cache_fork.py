@@ -3,6 +3,8 @@ reports 6.09 / 8.53 / 9.79% for n = 2 / 4 / 6). Print the figures with ``-s``.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from forge.build import build_engine, workload_requests
@@ -29,7 +31,7 @@ def alpaca_saving(n: int, num_requests: int, block_size: int = 16) -> tuple[floa
     engine = build_engine(cfg)
     requests = workload_requests(cfg, engine)
     for r in requests:
-        r.sampling_params.n = n
+        r.sampling_params = dataclasses.replace(r.sampling_params, n=n)
     pending = sorted(requests, key=lambda r: r.arrival_time)
     total = Sharing(0, 0)
     i = 0
