@@ -89,7 +89,8 @@ class Engine:
         if sched.is_empty:
             return []
         out = self.runner.execute(sched, self.requests, self._draft_probs)
-        self._record_verification(sched, out)
+        if self.drafter is not None:  # drafts come only from the drafter
+            self._record_verification(sched, out)
         outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
