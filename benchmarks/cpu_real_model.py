@@ -138,8 +138,8 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         f"- batch-1 forge-fp32 / llama.cpp: {ratio('forge-fp32', 'llama.cpp', b1)}; "
         f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', b1)}",
         "",
-        "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py); "
-        "forge-fp32 is the exact path.",
+        "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py: per-channel "
+        "int8 weights x per-token int8 activations through `torch._int_mm`); forge-fp32 is the exact path.",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

@@ -58,28 +58,24 @@ class TorchBackend(KernelBackend):
         """One query token per request, all requests at once over padded contexts."""
         k_cache, v_cache = kv
         block_size = k_cache.shape[1]
-        seq_lens = meta.seq_lens[idx]
-        max_len = int(max(meta.seq_lens_cpu[i] for i in idx.tolist()))
+        lens = [meta.seq_lens_cpu[i] for i in idx.tolist()]
+        max_len = max(lens)
         nblocks = -(-max_len // block_size)
-        tables = meta.block_tables[idx, :nblocks]
-        b, h, d = q.shape
-        kvh = k_cache.shape[2]
-        k = k_cache[tables].flatten(1, 2)[:, :max_len].to(q.dtype)  # [b, L, kvh, d]
-        v = v_cache[tables].flatten(1, 2)[:, :max_len].to(q.dtype)
-        g = h // kvh
-        qg = q.view(b, kvh, g, d)
-        # One batched matmul per KV head on strided views: no copy of the gathered context.
-        scores = torch.empty(kvh, b, g, max_len, dtype=q.dtype, device=q.device)
-        for j in range(kvh):
-            torch.bmm(qg[:, j], k[:, :, j].transpose(1, 2), out=scores[j])
-        scores *= scale
-        pad = torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None]
-        scores.masked_fill_(pad[None, :, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.empty(kvh, b, g, d, dtype=q.dtype, device=q.device)
-        for j in range(kvh):
-            torch.bmm(probs[j], v[:, :, j], out=out[j])
-        return out.permute(1, 0, 2, 3).reshape(b, h, d)
+        b, kvh, d = q.shape[0], k_cache.shape[2], k_cache.shape[3]
+        # index_select on the flat block list copies whole blocks: several times cheaper than
+        # advanced indexing with a 2-D index.
+        flat = meta.block_tables[idx, :nblocks].reshape(-1)
+        k = k_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
+        v = v_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
+        mask = None
+        if min(lens) < max_len:
+            mask = torch.arange(max_len, device=q.device)[None, :] < meta.seq_lens[idx][:, None]
+            mask = mask[:, None, None, :]
+        out = F.scaled_dot_product_attention(
+            q[:, :, None], k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
+            attn_mask=mask, scale=scale, enable_gqa=True,
+        )
+        return out[:, :, 0]
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         var = x.pow(2).mean(-1, keepdim=True)
@@ -119,13 +115,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """``q [n, h, d]`` are the last n of ``k, v [L, kvh, d]``'s positions."""
-    n, h = q.shape[0], q.shape[1]
-    length, kvh = k.shape[0], k.shape[1]
-    k = k.to(q.dtype).repeat_interleave(h // kvh, dim=1)
-    v = v.to(q.dtype).repeat_interleave(h // kvh, dim=1)
-    scores = torch.einsum("nhd,lhd->hnl", q, k) * scale
-    q_pos = torch.arange(length - n, length, device=q.device)[:, None]
-    k_pos = torch.arange(length, device=q.device)[None, :]
-    scores.masked_fill_((k_pos > q_pos)[None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("hnl,lhd->nhd", probs, v)
+    n, length = q.shape[0], k.shape[0]
+    mask = None
+    if n < length:  # a chunk after a cached prefix: query i sits at position length - n + i
+        q_pos = torch.arange(length - n, length, device=q.device)[:, None]
+        mask = torch.arange(length, device=q.device)[None, :] <= q_pos
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.to(q.dtype).transpose(0, 1)[None], v.to(q.dtype).transpose(0, 1)[None],
+        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)

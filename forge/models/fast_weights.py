@@ -1,13 +1,15 @@
 """Storage formats for the linear weights of a loaded ``Llama`` (the ``weights`` option).
 
 - ``same``: keep the model dtype; with float32 this is the exact path.
-- ``int8``: CPU only. The QKV, output, gate/up projections and the LM head are quantized
-  per output channel to int8 and prepacked for fbgemm; activations are quantized per
-  tensor on the fly (``quantized::linear_dynamic``, int8 x int8 -> int32, AVX-512 VNNI).
-  The down projection stays float32: its input (SiLU(gate) * up) has outliers that
-  per-tensor activation scales crush (int8 there flipped ~1/3 of SmolLM2's top-1
-  predictions; without it ~1 in 10 prompt positions flips). Approximate: greedy
-  continuations diverge from float32 after a few tokens; use it for speed studies only.
+- ``int8``: CPU only. Every linear weight (QKV, output, gate/up, down and the LM head) is
+  quantized per output channel to int8; activations are quantized per row (per token) on
+  the fly, and ``torch._int_mm`` (int8 x int8 -> int32, AVX-512 VNNI through oneDNN) does
+  the product, rescaled by the row and channel scales. Approximate: greedy continuations
+  diverge from float32 after a few tokens (``tests/test_fast_weights_int8.py`` pins the
+  measured agreement); use it for speed studies only.
+- ``int8_fbgemm``: the earlier ``int8``: fbgemm's ``quantized::linear_dynamic`` with one
+  activation scale per tensor. The down projection stays float32 there: its input
+  (SiLU(gate) * up) has outliers that a per-tensor scale crushes.
 
 bfloat16 linear weights are deliberately absent: on this CPU (AVX-512 VNNI, no
 AVX512_BF16/AMX) they ran slower than float32 at every batch size we measured.
@@ -21,11 +23,11 @@ import torch
 
 from forge.models.llama import LinearWeight, Llama, PackedLinear
 
-WEIGHT_FORMATS = ("same", "int8")
+WEIGHT_FORMATS = ("same", "int8", "int8_fbgemm")
 
 
 class Int8DynamicLinear(PackedLinear):
-    """``x @ weight`` through fbgemm's dynamically quantized int8 GEMM."""
+    """``x @ weight`` through fbgemm's dynamically quantized int8 GEMM (one activation scale per tensor)."""
 
     def __init__(self, weight_in_out: torch.Tensor) -> None:
         w = weight_in_out.detach().float().t().contiguous()  # fbgemm packs [out, in]
@@ -42,8 +44,39 @@ class Int8DynamicLinear(PackedLinear):
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-def _int8(weight: LinearWeight) -> PackedLinear:
-    return weight if isinstance(weight, PackedLinear) else Int8DynamicLinear(weight)
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 quantization of each row of ``x [M, K]``: ``(q [M, K] int8, scale [M, 1])``
+    with ``x ~= q * scale`` and ``|q| <= 127``."""
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min_(1e-12).div_(127.0)
+    return torch.round(x / scale).to(torch.int8), scale
+
+
+class Int8RowwiseLinear(PackedLinear):
+    """``x @ weight`` with int8 weights (one scale per output channel) and int8 activations
+    (one scale per row, computed on the fly): ``(q_x @ q_w) * s_x * s_w`` through ``torch._int_mm``."""
+
+    def __init__(self, weight_in_out: torch.Tensor) -> None:
+        w = weight_in_out.detach().float()
+        self.in_features, self.out_features = w.shape
+        self.scale = (w.abs().amax(dim=0) / 127.0).clamp_min(1e-12)  # [out]
+        # Stored [out, in] and used transposed: oneDNN's int8 GEMM is fastest on that layout for few rows.
+        self._qweight_out_in = torch.round(w / self.scale).to(torch.int8).t().contiguous()
+
+    @property
+    def qweight(self) -> torch.Tensor:
+        """The int8 weight, ``[in, out]`` (a transposed view)."""
+        return self._qweight_out_in.t()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        q, row_scale = quantize_rows(flat.float())
+        out = torch._int_mm(q, self.qweight) * row_scale
+        out.mul_(self.scale)
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def _pack(weight: LinearWeight, kind: type[PackedLinear]) -> LinearWeight:
+    return weight if isinstance(weight, PackedLinear) else kind(weight)  # type: ignore[call-arg]
 
 
 def apply_weight_format(model: Llama, weights: str) -> Llama:
@@ -53,12 +86,20 @@ def apply_weight_format(model: Llama, weights: str) -> Llama:
     if weights == "same":
         return model
     if model.embed.device.type != "cpu" or model.dtype != torch.float32:
-        raise ValueError("weights=int8 needs a float32 model on the CPU (fbgemm kernels)")
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
-        raise ValueError("weights=int8 needs a torch build with the fbgemm quantized engine")
+        raise ValueError(f"weights={weights} needs a float32 model on the CPU")
+    if weights == "int8_fbgemm":
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise ValueError("weights=int8_fbgemm needs a torch build with the fbgemm quantized engine")
+        for layer in model.layers:
+            layer.wqkv = _pack(layer.wqkv, Int8DynamicLinear)
+            layer.wo = _pack(layer.wo, Int8DynamicLinear)
+            layer.w_gate_up = _pack(layer.w_gate_up, Int8DynamicLinear)
+        model.lm_head = _pack(model.lm_head, Int8DynamicLinear)
+        return model
     for layer in model.layers:
-        layer.wqkv = _int8(layer.wqkv)
-        layer.wo = _int8(layer.wo)
-        layer.w_gate_up = _int8(layer.w_gate_up)
-    model.lm_head = _int8(model.lm_head)
+        layer.wqkv = _pack(layer.wqkv, Int8RowwiseLinear)
+        layer.wo = _pack(layer.wo, Int8RowwiseLinear)
+        layer.w_gate_up = _pack(layer.w_gate_up, Int8RowwiseLinear)
+        layer.w_down = _pack(layer.w_down, Int8RowwiseLinear)
+    model.lm_head = _pack(model.lm_head, Int8RowwiseLinear)
     return model
