@@ -139,7 +139,10 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', b1)}",
         "",
         "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py: per-channel "
-        "int8 weights x per-token int8 activations through `torch._int_mm`); forge-fp32 is the exact path.",
+        "int8 weights x per-token int8 activations through `torch._int_mm`); forge-fp32 is the exact path. "
+        "forge-int4 (`model.weights=int4`, approximate too): 4-bit weights in groups of 32 through "
+        "`torch._weight_int4pack_mm_for_cpu` on bfloat16 activations for products of few rows, the int8 path "
+        "for more rows and for the LM head (its top 16 logits recomputed in float32 for few rows).",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -152,7 +155,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], help="systems to leave out: transformers llama.cpp int8")
+    parser.add_argument("--skip", nargs="*", default=[], help="systems to leave out: transformers llama.cpp int8 int4")
     parser.add_argument("--report", type=Path, default=Path("reports/cpu/README.md"))
     args = parser.parse_args()
     args.load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -162,11 +165,11 @@ def main() -> None:
     tokenizer = load_gguf(str(smollm2_path()), max_position=64).tokenizer
     prompts = make_prompts(tokenizer, args.requests, args.prompt_len)
     tokens = args.requests * args.output_len
-    weights = ["same"] + ([] if "int8" in args.skip else ["int8"])
+    weights = ["same"] + [w for w in ("int8", "int4") if w not in args.skip]
     thr: dict[str, float] = {}
     b1: dict[str, float] = {}
     for w in weights:
-        label = "forge-fp32" if w == "same" else "forge-int8"
+        label = "forge-fp32" if w == "same" else f"forge-{w}"
         measure(label, lambda w=w: run_forge(prompts, args.output_len, w, args.threads), tokens, thr)
         measure(label, lambda w=w: run_forge(prompts[:1], args.output_len, w, args.threads), args.output_len, b1)
     if "transformers" not in args.skip:

@@ -7,6 +7,17 @@
   the product, rescaled by the row and channel scales. Approximate: greedy continuations
   diverge from float32 after a few tokens (``tests/test_fast_weights_int8.py`` pins the
   measured agreement); use it for speed studies only.
+- ``int4``: CPU only; for batch-1 decode. Every layer weight (QKV, output, gate/up, down) is also
+  quantized to 4 bits in groups of 32 input channels with an asymmetric scale and zero per group
+  (the grid of a Q4_1 GGUF, so SmolLM2's weights come back exactly up to the bfloat16 rounding of
+  the group scales), packed for ``torch._weight_int4pack_mm_for_cpu``. That kernel is fast only with
+  bfloat16 activations and then costs time linear in the rows, so a product with at most
+  ``INT4_MAX_ROWS`` rows casts the activations to bfloat16 and runs it (output back to float32),
+  and a bigger one runs the ``int8`` product on an int8 copy of the same weight (both are kept).
+  The LM head stays ``int8`` (4 bits there flip the greedy argmax), and for as few rows the top 16
+  logits of each row are recomputed in float32 (``RescoredInt8Head``): with it the int4 kernel's
+  SmolLM2 matches float32's top-1 at every prompt position we tried. Approximate, like ``int8``: with
+  more rows (prefill, large batches) every product is the ``int8`` one.
 - ``int8_fbgemm``: the earlier ``int8``: fbgemm's ``quantized::linear_dynamic`` with one
   activation scale per tensor. The down projection stays float32 there: its input
   (SiLU(gate) * up) has outliers that a per-tensor scale crushes.
@@ -23,7 +34,10 @@ import torch
 
 from forge.models.llama import LinearWeight, Llama, PackedLinear
 
-WEIGHT_FORMATS = ("same", "int8", "int8_fbgemm")
+WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
+INT4_GROUP_SIZE = 32
+# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured).
+INT4_MAX_ROWS = 8
 
 
 class Int8DynamicLinear(PackedLinear):
@@ -61,18 +75,126 @@ class Int8RowwiseLinear(PackedLinear):
         self.scale = (w.abs().amax(dim=0) / 127.0).clamp_min(1e-12)  # [out]
         # Stored [out, in] and used transposed: oneDNN's int8 GEMM is fastest on that layout for few rows.
         self._qweight_out_in = torch.round(w / self.scale).to(torch.int8).t().contiguous()
+        self._qweight_in_out = self._qweight_out_in.t()
 
     @property
     def qweight(self) -> torch.Tensor:
         """The int8 weight, ``[in, out]`` (a transposed view)."""
-        return self._qweight_out_in.t()
+        return self._qweight_in_out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and x.dtype == torch.float32:  # the common case without reshapes and casts
+            q, row_scale = quantize_rows(x)
+            return (torch._int_mm(q, self._qweight_in_out) * row_scale).mul_(self.scale)
         flat = x.reshape(-1, self.in_features)
-        q, row_scale = quantize_rows(flat.float())
-        out = torch._int_mm(q, self.qweight) * row_scale
-        out.mul_(self.scale)
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return self(flat.float()).reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def quantize_int4_groups(
+    weight_in_out: torch.Tensor, group_size: int = INT4_GROUP_SIZE
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit quantization of ``weight [K, N]`` in groups of ``group_size`` rows (input
+    channels): ``(q [K, N] int32 in 0..15, scale [K/g, N] bf16, zero [K/g, N] bf16)`` with
+    ``weight[k, n] ~= (q[k, n] - 8) * scale[k // g, n] + zero[k // g, n]`` (the int4 kernel's layout).
+
+    Scale and zero are rounded to bfloat16 (what the kernel takes) before ``q`` is picked, so ``q``
+    is the nearest level of the grid the kernel really uses."""
+    k, n = weight_in_out.shape
+    if k % group_size:
+        raise ValueError(f"int4: {k} input channels is not a multiple of the group size {group_size}")
+    groups = weight_in_out.detach().float().reshape(k // group_size, group_size, n)
+    low, high = groups.amin(dim=1), groups.amax(dim=1)
+    step = ((high - low) / 15.0).clamp_min(1e-12)
+    # Both rounded from float32 values: level j moves by (zero' - zero) + (j - 8) (scale' - scale), at most
+    # 2**-8 (|zero| + 8 scale) -- exactly 0 for weights whose grid is already bfloat16.
+    scale, zero = step.to(torch.bfloat16), (low + 8.0 * step).to(torch.bfloat16)
+    levels = (groups - zero.float()[:, None, :]) / scale.float()[:, None, :] + 8.0
+    q = torch.round(levels).clamp_(0, 15).to(torch.int32).reshape(k, n)
+    return q, scale, zero
+
+
+def dequantize_int4_groups(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """The float32 ``[K, N]`` weight that ``quantize_int4_groups``'s output stands for."""
+    g = q.shape[0] // scale.shape[0]
+    return (q.float() - 8.0) * scale.float().repeat_interleave(g, 0) + zero.float().repeat_interleave(g, 0)
+
+
+def int4_available() -> bool:
+    return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
+
+
+class Int4GroupLinear(PackedLinear):
+    """``x @ weight`` with 4-bit group-quantized weights (``quantize_int4_groups``) through
+    ``torch._weight_int4pack_mm_for_cpu`` on bfloat16 activations for at most ``max_rows`` rows;
+    more rows go through ``Int8RowwiseLinear`` on an int8 copy of the original weight."""
+
+    def __init__(self, weight_in_out: torch.Tensor, max_rows: int = INT4_MAX_ROWS) -> None:
+        self.in_features, self.out_features = weight_in_out.shape
+        if self.out_features % 16:
+            raise ValueError(f"int4: {self.out_features} output channels is not a multiple of 16")
+        self.max_rows = max_rows
+        self.group_size = INT4_GROUP_SIZE
+        q, self.scale, self.zero = quantize_int4_groups(weight_in_out, self.group_size)
+        self._packed = torch._convert_weight_to_int4pack_for_cpu(q.t().contiguous(), 1)
+        self._scale_zero = torch.stack((self.scale, self.zero), dim=-1).contiguous()  # [K/g, N, 2]
+        self.fallback = Int8RowwiseLinear(weight_in_out)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and x.shape[0] <= self.max_rows:  # the decode fast path: as few ops as possible
+            return torch._weight_int4pack_mm_for_cpu(
+                x.to(torch.bfloat16), self._packed, self.group_size, self._scale_zero
+            ).to(x.dtype)
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] > self.max_rows:
+            return self.fallback(x)
+        return self(flat).reshape(*x.shape[:-1], self.out_features)
+
+
+class RescoredInt8Head(PackedLinear):
+    """The LM head for ``int4``: every logit from the ``int8`` product; for at most ``max_rows`` rows the
+    ``k`` best of each row are then recomputed in float32 from the exact weight, so the greedy argmax is
+    float32's unless float32's winner falls outside the int8 top ``k``. Other logits keep the int8 error.
+    (About 0.1 ms a row on SmolLM2, mostly the top-k; more rows skip it, like the int4 kernel.)"""
+
+    def __init__(
+        self,
+        weight_in_out: torch.Tensor,
+        exact_out_in: torch.Tensor | None = None,
+        k: int = 16,
+        max_rows: int = INT4_MAX_ROWS,
+    ) -> None:
+        self.in_features, self.out_features = weight_in_out.shape
+        self.max_rows = max_rows
+        self.approx = Int8RowwiseLinear(weight_in_out)
+        # [out, in] so the candidates' rows are contiguous; a tied embedding table already is this.
+        self.exact_out_in = weight_in_out.detach().float().t().contiguous() if exact_out_in is None else exact_out_in
+        self.k = min(k, self.out_features)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).float()
+        logits = self.approx(flat)
+        if flat.shape[0] > self.max_rows:
+            return logits.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        top = logits.topk(self.k, dim=-1, sorted=False).indices  # [M, k]
+        exact = torch.bmm(self.exact_out_in[top], flat.unsqueeze(-1)).squeeze(-1)  # [M, k]
+        return logits.scatter_(1, top, exact).reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def _rescored_head(model: Llama) -> LinearWeight:
+    head = model.lm_head
+    if isinstance(head, PackedLinear):
+        return head
+    tied = model.embed.shape == head.shape[::-1] and torch.equal(model.embed, head.t())
+    return RescoredInt8Head(head, model.embed if tied else None)
+
+
+def _pack_int4(weight: LinearWeight) -> LinearWeight:
+    if isinstance(weight, PackedLinear):
+        return weight
+    k, n = weight.shape
+    if k % INT4_GROUP_SIZE or n % 16:  # the kernel's layout constraints: such a layer stays int8
+        return Int8RowwiseLinear(weight)
+    return Int4GroupLinear(weight)
 
 
 def _pack(weight: LinearWeight, kind: type[PackedLinear]) -> LinearWeight:
@@ -95,6 +217,16 @@ def apply_weight_format(model: Llama, weights: str) -> Llama:
             layer.wo = _pack(layer.wo, Int8DynamicLinear)
             layer.w_gate_up = _pack(layer.w_gate_up, Int8DynamicLinear)
         model.lm_head = _pack(model.lm_head, Int8DynamicLinear)
+        return model
+    if weights == "int4":
+        if not int4_available():
+            raise ValueError("weights=int4 needs torch._weight_int4pack_mm_for_cpu (torch >= 2.6)")
+        for layer in model.layers:
+            layer.wqkv = _pack_int4(layer.wqkv)
+            layer.wo = _pack_int4(layer.wo)
+            layer.w_gate_up = _pack_int4(layer.w_gate_up)
+            layer.w_down = _pack_int4(layer.w_down)
+        model.lm_head = _rescored_head(model)
         return model
     for layer in model.layers:
         layer.wqkv = _pack(layer.wqkv, Int8RowwiseLinear)
