@@ -131,18 +131,20 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "",
         "Ratios (same run):",
         "",
-        f"- throughput forge-fp32 / llama.cpp: {ratio('forge-fp32', 'llama.cpp', thr)}; "
-        f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', thr)}",
-        f"- throughput forge-fp32 / transformers: {ratio('forge-fp32', 'transformers', thr)}; "
-        f"forge-int8 / transformers: {ratio('forge-int8', 'transformers', thr)}",
-        f"- batch-1 forge-fp32 / llama.cpp: {ratio('forge-fp32', 'llama.cpp', b1)}; "
-        f"forge-int8 / llama.cpp: {ratio('forge-int8', 'llama.cpp', b1)}",
+        *[
+            f"- {name}: throughput {ratio(name, 'llama.cpp', thr)} llama.cpp, {ratio(name, 'transformers', thr)} "
+            f"transformers; batch-1 {ratio(name, 'llama.cpp', b1)} llama.cpp"
+            for name in thr
+            if name.startswith("forge-")
+        ],
         "",
         "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py: per-channel "
         "int8 weights x per-token int8 activations through `torch._int_mm`); forge-fp32 is the exact path. "
         "forge-int4 (`model.weights=int4`, approximate too): 4-bit weights in groups of 32 through "
         "`torch._weight_int4pack_mm_for_cpu` on bfloat16 activations for products of few rows, the int8 path "
         "for more rows and for the LM head (its top 16 logits recomputed in float32 for few rows).",
+        "",
+        "Where the time goes, and what the goals need: `analysis.md` (profiles: `profile*.md`, each with its command).",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
