@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from forge.kernels.base import AttentionMetadata
@@ -22,13 +23,18 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
-def test_paged_attention_matches_dense_for_mixed_batches() -> None:
+# (context before, new tokens): a decode, a chunk with a cached prefix, a fresh prompt, a decode at a block edge;
+# then a pure decode step (one query row per request), and a lone decode (the batch-1 path)
+BATCHES = {"mixed": [(9, 1), (5, 6), (0, 7), (11, 1)], "decodes": [(9, 1), (3, 1), (16, 1)], "one-decode": [(13, 1)]}
+
+
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_paged_attention_matches_dense(batch: str) -> None:
     torch.manual_seed(0)
     backend = TorchBackend("cpu")
-    bs, nblocks, h, kvh, d = 4, 64, 4, 2, 8
+    bs, nblocks, h, kvh, d = 4, 64, 6, 2, 8
     kv = (torch.randn(nblocks, bs, kvh, d, dtype=torch.float64), torch.randn(nblocks, bs, kvh, d, dtype=torch.float64))
-    # (context before, new tokens): a decode, a chunk with a cached prefix, a fresh prompt, a decode at a block edge
-    shapes = [(9, 1), (5, 6), (0, 7), (11, 1)]
+    shapes = BATCHES[batch]
     perm = torch.randperm(nblocks).tolist()
     tables, slot_rows, qs, refs = [], [], [], []
     for ctx, n in shapes:

@@ -31,13 +31,14 @@ class TorchBackend(KernelBackend):
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         k_cache, v_cache = kv
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+        if key.dtype != k_cache.dtype:
+            key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value)
 
     def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if query.shape[0] == meta.num_seqs:  # a pure decode step: one query row per request, in order
-            idx = torch.arange(meta.num_seqs, device=query.device)
-            return self._decode_attention(query, kv, meta, idx, scale)
+            return self._decode_attention(query, kv, meta, None, scale)
         out = torch.empty_like(query)
         single = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
         multi = [i for i, n in enumerate(meta.query_lens_cpu) if n > 1]
@@ -53,47 +54,57 @@ class TorchBackend(KernelBackend):
         return out
 
     def _decode_attention(
-        self, q: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, idx: torch.Tensor, scale: float
+        self, q: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, idx: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
-        """One query token per request, all requests at once over padded contexts."""
+        """One query token per request (requests ``idx``, or all of them in order when None), all at
+        once over padded contexts."""
         k_cache, v_cache = kv
         block_size = k_cache.shape[1]
-        lens = [meta.seq_lens_cpu[i] for i in idx.tolist()]
+        lens = meta.seq_lens_cpu if idx is None else [meta.seq_lens_cpu[i] for i in idx.tolist()]
         max_len = max(lens)
         nblocks = -(-max_len // block_size)
-        b, kvh, d = q.shape[0], k_cache.shape[2], k_cache.shape[3]
+        b, h, kvh, d = q.shape[0], q.shape[1], k_cache.shape[2], k_cache.shape[3]
+        tables = meta.block_tables[:, :nblocks] if idx is None else meta.block_tables[idx, :nblocks]
         # index_select on the flat block list copies whole blocks: several times cheaper than
         # advanced indexing with a 2-D index.
-        flat = meta.block_tables[idx, :nblocks].reshape(-1)
+        flat = tables.reshape(-1)
         k = k_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
         v = v_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
+        if k.dtype != q.dtype:
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        if b == 1:  # batch-1 decode: two small batched matmuls over the KV heads beat SDPA's fixed cost
+            scores = torch.bmm(q.reshape(kvh, h // kvh, d), k[0].permute(1, 2, 0))  # [kvh, group, L]
+            probs = torch.softmax(scores.mul_(scale), dim=-1)
+            return torch.bmm(probs, v[0].transpose(0, 1)).view(1, h, d)
         mask = None
         if min(lens) < max_len:
-            mask = torch.arange(max_len, device=q.device)[None, :] < meta.seq_lens[idx][:, None]
+            seq_lens = meta.seq_lens if idx is None else meta.seq_lens[idx]
+            mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]
             mask = mask[:, None, None, :]
         out = F.scaled_dot_product_attention(
-            q[:, :, None], k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
-            attn_mask=mask, scale=scale, enable_gqa=True,
+            q[:, :, None], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale, enable_gqa=True
         )
         return out[:, :, 0]
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return x * torch.rsqrt(var + eps) * weight
+        return F.rms_norm(x, weight.shape, weight, eps)
 
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         residual = x + residual
-        return self.rms_norm(residual, weight, eps), residual
+        return F.rms_norm(residual, weight.shape, weight, eps), residual
 
     def rope(
         self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        cs = cos_sin[positions]
+        cs = cos_sin.index_select(0, positions)
         half = cs.shape[-1] // 2
-        cos = cs[:, :half].repeat(1, 2)[:, None, :]
-        sin = cs[:, half:].repeat(1, 2)[:, None, :]
+        # Broadcast over the two halves of each head ([T, heads, 2, half]): no repeated cos/sin tables.
+        cos = cs[:, None, None, :half]
+        sin = torch.stack((-cs[:, half:], cs[:, half:]), dim=1)[:, None]  # [T, 1, 2, half]: -sin, +sin
+        if cs.dtype != query.dtype:
+            cos, sin = cos.to(query.dtype), sin.to(query.dtype)
         return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -108,9 +119,10 @@ class TorchBackend(KernelBackend):
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x * cos.to(x.dtype) + rotated * sin.to(x.dtype)).to(x.dtype)
+    """``x * [cos, cos] + [-x2, x1] * [sin, sin]`` for ``x = [x1, x2]`` along the last dim, given
+    ``cos [T, 1, 1, half]`` and ``sin [T, 1, 2, half]`` (``-sin`` then ``+sin``)."""
+    halves = x.unflatten(-1, (2, -1))  # [T, heads, 2, half]
+    return (halves * cos + halves.flip(-2) * sin).flatten(-2)
 
 
 def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

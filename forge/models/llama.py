@@ -185,7 +185,7 @@ class Llama(Model):
         nq, nkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         scale = d**-0.5
         meta = batch.attn
-        h = self.embed[batch.input_ids]
+        h = self.embed.index_select(0, batch.input_ids)  # cheaper than advanced indexing, same rows
         residual: torch.Tensor | None = None
         for layer, kv in zip(self.layers, kv_caches, strict=True):
             if residual is None:
@@ -206,7 +206,7 @@ class Llama(Model):
             h = apply_linear(backend, backend.silu_mul(gate_up), layer.w_down)
         assert residual is not None
         rows = batch.logits_indices
-        x, _ = backend.add_rms_norm(h[rows], residual[rows], self.norm, eps)
+        x, _ = backend.add_rms_norm(h.index_select(0, rows), residual.index_select(0, rows), self.norm, eps)
         return apply_linear(backend, x, self.lm_head).float()
 
 
