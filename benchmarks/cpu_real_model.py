@@ -15,6 +15,7 @@ import argparse
 import os
 import platform
 import random
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -81,14 +82,17 @@ def run_llama_cpp(prompts: Prompts, output_len: int, threads: int) -> float:
     return time.perf_counter() - start
 
 
-def measure(name: str, fn: Callable[[], float], tokens: int, results: dict[str, float]) -> None:
+def measure(name: str, fn: Callable[[], float], tokens: int, results: dict[str, float], repeats: int = 1) -> None:
+    """tok/s of ``fn`` (which returns seconds for ``tokens`` tokens): the median over ``repeats`` runs."""
     try:
-        seconds = fn()
+        runs = [fn() for _ in range(repeats)]
     except ImportError as exc:
         print(f"{name}: skipped ({exc})")
         return
+    seconds = statistics.median(runs)
     results[name] = tokens / seconds
-    print(f"{name}: {tokens} tokens in {seconds:.1f}s = {results[name]:.1f} tok/s", flush=True)
+    spread = f" (runs: {', '.join(f'{tokens / t:.1f}' for t in runs)} tok/s)" if repeats > 1 else ""
+    print(f"{name}: {tokens} tokens in {seconds:.1f}s = {results[name]:.1f} tok/s{spread}", flush=True)
 
 
 def machine() -> str:
@@ -115,7 +119,7 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "# SmolLM2-135M on CPU: forge vs transformers vs llama.cpp",
         "",
         f"Command: `python -m benchmarks.cpu_real_model --requests {args.requests} --prompt-len {args.prompt_len} "
-        f"--output-len {args.output_len} --threads {args.threads}`",
+        f"--output-len {args.output_len} --threads {args.threads} --batch1-repeats {args.batch1_repeats}`",
         f"Machine: {machine()}; load average at start {args.load_at_start}",
         f"Commit: {commit()}",
         "",
@@ -125,7 +129,8 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "",
         "| system | tok/s |", "|---|---|", *rows,
         "",
-        f"Batch-1 decode ({args.prompt_len} prompt, {args.output_len} output): tok/s",
+        f"Batch-1 decode ({args.prompt_len} prompt, {args.output_len} output): tok/s, median of "
+        f"{args.batch1_repeats} runs (each loads the model afresh)",
         "",
         "| system | tok/s |", "|---|---|", *rows1,
         "",
@@ -159,6 +164,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip", nargs="*", default=[], help="systems to leave out: transformers llama.cpp int8 int4")
     parser.add_argument("--report", type=Path, default=Path("reports/cpu/README.md"))
+    parser.add_argument("--batch1-repeats", type=int, default=3, help="batch-1 figure: median of this many runs")
     args = parser.parse_args()
     args.load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -170,18 +176,19 @@ def main() -> None:
     weights = ["same"] + [w for w in ("int8", "int4") if w not in args.skip]
     thr: dict[str, float] = {}
     b1: dict[str, float] = {}
+    reps = args.batch1_repeats
     for w in weights:
         label = "forge-fp32" if w == "same" else f"forge-{w}"
         measure(label, lambda w=w: run_forge(prompts, args.output_len, w, args.threads), tokens, thr)
-        measure(label, lambda w=w: run_forge(prompts[:1], args.output_len, w, args.threads), args.output_len, b1)
+        measure(label, lambda w=w: run_forge(prompts[:1], args.output_len, w, args.threads), args.output_len, b1, reps)
     if "transformers" not in args.skip:
         measure("transformers", lambda: run_transformers(prompts, args.output_len, args.threads), tokens, thr)
         measure("transformers", lambda: run_transformers(prompts[:1], args.output_len, args.threads),
-                args.output_len, b1)
+                args.output_len, b1, reps)
     if "llama.cpp" not in args.skip:
         measure("llama.cpp", lambda: run_llama_cpp(prompts, args.output_len, args.threads), tokens, thr)
         measure("llama.cpp", lambda: run_llama_cpp(prompts[:1], args.output_len, args.threads),
-                args.output_len, b1)
+                args.output_len, b1, reps)
     report(args.report, args, thr, b1)
 
 
