@@ -60,3 +60,14 @@ def greedy(model: Model, ids: list[int], max_tokens: int) -> list[int]:
         if len(out) < max_tokens:
             logits = seq.step([out[-1]])
     return out
+
+
+def top1_agreement(exact: Model, approx: Model, prompts: list[str]) -> tuple[int, int]:
+    """Prompt positions (over all ``prompts``) where the two models' prefill argmax agree, and how many."""
+    same = total = 0
+    for prompt in prompts:
+        ids = exact.tokenizer.encode(prompt)
+        match = prefill_logits(exact, ids).argmax(-1) == prefill_logits(approx, ids).argmax(-1)
+        same += int(match.sum())
+        total += match.numel()
+    return same, total
