@@ -255,18 +255,38 @@ class WallClock(Clock):
         pass
 
 
-class SimulatedClock(Clock):
-    """Time advances only by predicted step costs and idle jumps: a run is a pure function of
-    its config. ``model``: a preset name from ``forge.models.presets``, or ``auto`` for the
-    running model's own dimensions."""
+class PredictedClock(Clock):
+    """Simulated time: each step advances it by what ``cost_model`` predicts for the step's batch;
+    waiting for an arrival jumps to it. A run is a pure function of its config."""
 
     simulated = True
 
+    def __init__(self) -> None:
+        self._now = 0.0
+
+    @property
+    @abstractmethod
+    def cost_model(self) -> CostModel: ...
+
+    def now(self) -> float:
+        return self._now
+
+    def wait_until(self, t: float) -> None:
+        self._now = max(self._now, t)
+
+    def step_finished(self, sched: SchedulerOutput) -> None:
+        self._now += self.cost_model.step_time(BatchShape.of(sched))
+
+
+class SimulatedClock(PredictedClock):
+    """A roofline cost model on ``hardware``. ``model``: a preset name from ``forge.models.presets``,
+    or ``auto`` for the running model's own dimensions."""
+
     def __init__(self, hardware: str = "h100", model: str = "auto", cost_model: CostModel | None = None) -> None:
+        super().__init__()
         self.hw = hardware_preset(hardware)
         self._preset = model
         self._cost = cost_model
-        self._now = 0.0
 
     def bind(self, model: ModelDims) -> None:
         if self._cost is None:
@@ -279,33 +299,17 @@ class SimulatedClock(Clock):
             raise RuntimeError("SimulatedClock.bind() must be called before stepping")
         return self._cost
 
-    def now(self) -> float:
-        return self._now
 
-    def wait_until(self, t: float) -> None:
-        self._now = max(self._now, t)
-
-    def step_finished(self, sched: SchedulerOutput) -> None:
-        self._now += self.cost_model.step_time(BatchShape.of(sched))
-
-
-class ProfiledClock(Clock):
+class ProfiledClock(PredictedClock):
     """Simulated time from a ``ProfiledCostModel`` fitted to ``profile`` (a CSV of measured steps,
     see ``python -m forge.calibrate``). KV memory is sized as for the wall clock
     (``engine.kv_cache_memory_gib``), i.e. like the engine that was measured."""
 
-    simulated = True
-
     def __init__(self, profile: str) -> None:
+        super().__init__()
         self.profile = profile
-        self.cost_model = ProfiledCostModel.from_csv(profile)
-        self._now = 0.0
+        self._cost = ProfiledCostModel.from_csv(profile)
 
-    def now(self) -> float:
-        return self._now
-
-    def wait_until(self, t: float) -> None:
-        self._now = max(self._now, t)
-
-    def step_finished(self, sched: SchedulerOutput) -> None:
-        self._now += self.cost_model.step_time(BatchShape.of(sched))
+    @property
+    def cost_model(self) -> CostModel:
+        return self._cost

@@ -72,3 +72,12 @@ class Policy(ABC):
 def is_decoding(request: Request) -> bool:
     """The request has computed its whole prompt: what remains is output (or draft) tokens."""
     return request.num_computed_tokens >= request.num_prompt_tokens
+
+
+def split_decoding(running: list[Request]) -> tuple[list[Request], list[Request]]:
+    """``running`` as (decoding, still prefilling), each in its original order."""
+    decodes: list[Request] = []
+    prefills: list[Request] = []
+    for r in running:
+        (decodes if is_decoding(r) else prefills).append(r)
+    return decodes, prefills

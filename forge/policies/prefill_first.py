@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from forge.policies.base import Policy, is_decoding
+from forge.policies.base import Policy, split_decoding
 from forge.request import Request
 
 
@@ -17,7 +17,5 @@ class PrefillFirst(Policy):
         return (request.arrival_time, request.request_id)
 
     def running_order(self, running: list[Request]) -> list[Request]:
-        prefills = [r for r in running if not is_decoding(r)]
-        if not prefills:
-            return running
-        return prefills + [r for r in running if is_decoding(r)]
+        decodes, prefills = split_decoding(running)
+        return prefills + decodes if prefills else running

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from forge.policies.base import Policy, is_decoding
+from forge.policies.base import Policy, split_decoding
 from forge.request import Request
 
 
@@ -24,11 +24,8 @@ class Sarathi(Policy):
         return (request.arrival_time, request.request_id)
 
     def running_order(self, running: list[Request]) -> list[Request]:
-        decodes = [r for r in running if is_decoding(r)]
-        if len(decodes) == len(running):
-            return running
-        prefills = sorted((r for r in running if not is_decoding(r)), key=self.waiting_key)
-        return decodes + prefills
+        decodes, prefills = split_decoding(running)
+        return decodes + sorted(prefills, key=self.waiting_key) if prefills else running
 
     def token_budget(self, engine_budget: int) -> int:
         return engine_budget if self.chunk_size is None else min(self.chunk_size, engine_budget)
