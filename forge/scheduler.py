@@ -175,7 +175,7 @@ class Scheduler:
             self.swapped.pop(0)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            ok = self._allocate(request, n)
+            ok = self._allocate(request, n, request.num_tokens)
             assert ok, "swap_in covered the chunk"
             scheduled.append(self._scheduled(request, n, request.num_tokens))
             budget -= n
@@ -200,7 +200,7 @@ class Scheduler:
             if spec:
                 n = self._fit_drafts(request, n)
             end = request.num_computed_tokens + n
-            if not kv.allocate_slots(request, end, end if end < known else known):
+            if not kv.allocate_slots(request, end, end if end < known else known):  # _allocate, inlined
                 n = self._make_room(request, n, known, scheduled, preempted)
                 if n == 0:  # the request itself was preempted
                     continue
@@ -231,8 +231,7 @@ class Scheduler:
                 preempted.append(victim)
                 if victim is request:
                     return 0
-            end = request.num_computed_tokens + n
-            if self.kv.allocate_slots(request, end, end if end < known else known):
+            if self._allocate(request, n, known):
                 return n
 
     def _admit(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
@@ -246,7 +245,7 @@ class Scheduler:
             if gap > budget and not self.limits.enable_chunked_prefill:
                 break
             n = min(gap, budget)
-            if not self._allocate(request, n):
+            if not self._allocate(request, n, request.num_tokens):
                 if not self.running and not scheduled:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
@@ -262,9 +261,9 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _allocate(self, request: Request, n: int) -> bool:
+    def _allocate(self, request: Request, n: int, known: int) -> bool:
+        """Slots for the next ``n`` tokens (``known``: prompt + output length; only those are cacheable)."""
         end = request.num_computed_tokens + n
-        known = len(request.prompt_token_ids) + len(request.output_token_ids)
         return self.kv.allocate_slots(request, end, end if end < known else known)
 
     def _scheduled(self, request: Request, n: int, known: int) -> ScheduledRequest:

@@ -279,15 +279,6 @@ class PagedKVCache(KVCacheManager):
             held = (self.num_blocks - self.pool.num_free) * bs
             tokens = sum([r.num_computed_tokens for r in requests])
             return KVUsage(total, tokens, 0, held - tokens, 0, free)
-        if not self._num_shared:  # every block has one holder: count per request, not per block
-            tokens = held = 0
-            for r in requests:
-                blocks = self._blocks.get(r.request_id)
-                if blocks:
-                    n = len(blocks) * bs
-                    held += n
-                    tokens += r.num_computed_tokens if r.num_computed_tokens < n else n
-            return KVUsage(total, tokens, 0, held - tokens, 0, free)
         filled: dict[int, int] = {}
         for r in requests:
             blocks = self._blocks.get(r.request_id)
