@@ -138,8 +138,8 @@ class MetricsRecorder:
         )
         gaps = np.diff(times).tolist()  # gaps[i] = times[i + 1] - times[i]; a request's ITLs are its inner gaps
         has = lens > 0
-        first = np.where(has, times[np.minimum(starts, max(len(times) - 1, 0))] if len(times) else np.nan, np.nan)
-        last = np.where(has, times[np.maximum(ends - 1, 0)] if len(times) else np.nan, np.nan)
+        first, last = np.full(len(tls), np.nan), np.full(len(tls), np.nan)
+        first[has], last[has] = times[starts[has]], times[ends[has] - 1]
         arrival = np.array([tl.arrival_time for tl in tls], dtype=float)
         scheduled = np.array([tl.first_scheduled_time for tl in tls], dtype=float)  # None -> nan
         finish = np.array([tl.finish_time for tl in tls], dtype=float)
