@@ -11,7 +11,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,7 @@ from forge.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    StreamOptions,
     TokenizeRequest,
 )
 from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
@@ -147,9 +148,58 @@ class Generation:
         finally:
             self.close()
 
+    async def collect(self) -> dict[int, Delta]:
+        """Each choice's deltas merged into one, by choice index (the non-streaming responses)."""
+        parts: dict[int, list[Delta]] = {c.index: [] for c in self.choices.values()}
+        async for c, _, d in self.events():
+            parts[c.index].append(d)
+        return {index: Delta.merge(ds) for index, ds in parts.items()}
 
-def _prompt_usage(choices: list[ChoiceSpec]) -> int:
-    return sum(len(c.prompt_ids) for c in {c.prompt_index: c for c in choices}.values())
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens for usage: each distinct prompt once, however many choices share it."""
+        return sum(len(c.prompt_ids) for c in {c.prompt_index: c for c in self.choices.values()}.values())
+
+
+ChunkChoice = Callable[[ChoiceSpec, ChoiceText, Delta], dict[str, Any]]
+FinalChoice = Callable[[ChoiceSpec, Delta], dict[str, Any]]
+
+
+async def _json_response(gen: Generation, base: dict[str, Any], final_choice: FinalChoice) -> JSONResponse:
+    """The non-streaming body of one call: each choice whole (``final_choice``) and the usage."""
+    merged = await gen.collect()
+    out = [final_choice(c, merged[c.index]) for c in gen.choices.values()]
+    n_out = sum(len(d.token_ids) for d in merged.values())
+    return JSONResponse({**base, "choices": out, "usage": usage(gen.prompt_tokens, n_out)})
+
+
+def _sse_response(
+    gen: Generation,
+    base: dict[str, Any],
+    options: StreamOptions | None,
+    chunk_choice: ChunkChoice,
+    head: list[dict[str, Any]] | None = None,
+) -> StreamingResponse:
+    """The SSE stream of one call: the ``head`` choices, one chunk per delta, an error chunk if the
+    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``."""
+    include_usage = options is not None and options.include_usage
+    extra = {"usage": None} if include_usage else {}
+
+    async def stream() -> AsyncIterator[str]:
+        for choice in head or []:
+            yield sse({**base, "choices": [choice], **extra})
+        n_out = 0
+        try:
+            async for c, text, d in gen.events():
+                n_out += len(d.token_ids)
+                yield sse({**base, "choices": [chunk_choice(c, text, d)], **extra})
+        except APIError as err:
+            yield sse(err.body())
+        if include_usage:
+            yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, n_out)})
+        yield SSE_DONE
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
 
 
 async def _completions(state: ServerState, body: CompletionRequest) -> Response:
@@ -178,47 +228,28 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
 
     base = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        started: set[int] = set()
 
-        async def stream() -> AsyncIterator[str]:
-            started: set[int] = set()
-            n_out = 0
-            try:
-                async for c, text, d in gen.events():
-                    prefix = echo_text(c) if c.index not in started else ""
-                    started.add(c.index)
-                    n_out += len(d.token_ids)
-                    choice = {"index": c.index, "text": prefix + d.text, "logprobs": lp(c, d, text.sent - len(d.text))}
-                    choice["finish_reason"] = d.finish_reason
-                    yield sse({**base, "choices": [choice], **({"usage": None} if include_usage else {})})
-            except APIError as err:
-                yield sse(err.body())
-            if include_usage:
-                yield sse({**base, "choices": [], "usage": usage(_prompt_usage(choices), n_out)})
-            yield SSE_DONE
+        def chunk(c: ChoiceSpec, text: ChoiceText, d: Delta) -> dict[str, Any]:
+            prefix = echo_text(c) if c.index not in started else ""
+            started.add(c.index)
+            logprobs = lp(c, d, text.sent - len(d.text))
+            return {"index": c.index, "text": prefix + d.text, "logprobs": logprobs, "finish_reason": d.finish_reason}
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        return _sse_response(gen, base, body.stream_options, chunk)
 
-    parts: dict[int, list[Delta]] = {c.index: [] for c in choices}
-    async for c, _, d in gen.events():
-        parts[c.index].append(d)
-    out = []
-    n_out = 0
-    for c in choices:
-        ds = parts[c.index]
-        ids = [t for d in ds for t in d.token_ids]
-        n_out += len(ids)
-        merged = Delta("".join(d.text for d in ds), ids, [x for d in ds for x in d.logprobs])
-        out.append(
-            {
-                "index": c.index,
-                "text": echo_text(c) + merged.text,
-                "logprobs": lp(c, merged, len(echo_text(c))),
-                "finish_reason": ds[-1].finish_reason if ds else "abort",
-                "stop_reason": None,
-            }
-        )
-    return JSONResponse({**base, "choices": out, "usage": usage(_prompt_usage(choices), n_out)})
+    def whole(c: ChoiceSpec, d: Delta) -> dict[str, Any]:
+        echo = echo_text(c)
+        logprobs = lp(c, d, len(echo))
+        return {
+            "index": c.index,
+            "text": echo + d.text,
+            "logprobs": logprobs,
+            "finish_reason": d.finish_reason,
+            "stop_reason": None,
+        }
+
+    return await _json_response(gen, base, whole)
 
 
 async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
@@ -242,48 +273,20 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
 
     base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        extra = {"usage": None} if include_usage else {}
 
-        async def stream() -> AsyncIterator[str]:
-            n_out = 0
-            for c in choices:
-                role = {"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
-                yield sse({**base, "choices": [{**role, "finish_reason": None}], **extra})
-            try:
-                async for c, _, d in gen.events():
-                    n_out += len(d.token_ids)
-                    choice = {"index": c.index, "delta": {"content": d.text} if d.text else {}, "logprobs": lp(d)}
-                    choice["finish_reason"] = d.finish_reason
-                    yield sse({**base, "choices": [choice], **extra})
-            except APIError as err:
-                yield sse(err.body())
-            if include_usage:
-                yield sse({**base, "choices": [], "usage": usage(_prompt_usage(choices), n_out)})
-            yield SSE_DONE
+        def chunk(c: ChoiceSpec, _: ChoiceText, d: Delta) -> dict[str, Any]:
+            delta = {"content": d.text} if d.text else {}
+            return {"index": c.index, "delta": delta, "logprobs": lp(d), "finish_reason": d.finish_reason}
 
-        return StreamingResponse(stream(), media_type="text/event-stream")
+        role = {"role": "assistant", "content": ""}
+        head = [{"index": c.index, "delta": role, "logprobs": None, "finish_reason": None} for c in choices]
+        return _sse_response(gen, base, body.stream_options, chunk, head)
 
-    parts: dict[int, list[Delta]] = {c.index: [] for c in choices}
-    async for c, _, d in gen.events():
-        parts[c.index].append(d)
-    out = []
-    n_out = 0
-    for c in choices:
-        ds = parts[c.index]
-        merged = Delta("".join(d.text for d in ds), [t for d in ds for t in d.token_ids])
-        merged.logprobs = [x for d in ds for x in d.logprobs]
-        n_out += len(merged.token_ids)
-        out.append(
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": merged.text},
-                "logprobs": lp(merged),
-                "finish_reason": ds[-1].finish_reason if ds else "abort",
-            }
-        )
-    body_out = {**base, "object": "chat.completion", "choices": out, "usage": usage(_prompt_usage(choices), n_out)}
-    return JSONResponse(body_out)
+    def whole(c: ChoiceSpec, d: Delta) -> dict[str, Any]:
+        message = {"role": "assistant", "content": d.text}
+        return {"index": c.index, "message": message, "logprobs": lp(d), "finish_reason": d.finish_reason}
+
+    return await _json_response(gen, {**base, "object": "chat.completion"}, whole)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

@@ -263,6 +263,16 @@ class Delta:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
 
+    @classmethod
+    def merge(cls, parts: list[Delta]) -> Delta:
+        """A whole choice as one delta; with no parts the choice ended without output (``abort``)."""
+        return cls(
+            "".join(d.text for d in parts),
+            [t for d in parts for t in d.token_ids],
+            [x for d in parts for x in d.logprobs],
+            parts[-1].finish_reason if parts else "abort",
+        )
+
 
 class ChoiceText:
     """One choice's text as its tokens arrive. ``push`` returns what may be sent now; a matched
