@@ -13,12 +13,23 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import LogFormatter
 
-from experiments.common import available_policies, header, provenance, run_grid, table
+from experiments.common import (
+    GOODPUT_NOTE,
+    SLO_HLINES,
+    TBT_SLO_MS,
+    TTFT_SLO_MS,
+    available_policies,
+    interpretation_and_results,
+    policies_note,
+    run_grid,
+    table,
+    write_readme,
+    write_results,
+)
 from experiments.plots import lines
 
 POLICIES = ("fcfs", "sarathi", "decode_first", "prefill_first")
 CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
-TTFT_SLO_MS, TBT_SLO_MS = 2000.0, 200.0
 COLS = [
     "rate",
     "scheduler",
@@ -180,8 +191,7 @@ def interpretation(df: pd.DataFrame) -> list[str]:
 
 
 def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    df[COLS].to_csv(out / "results.csv", index=False)
+    write_results(out, df, COLS)
     plot_tradeoff(df, out / "ttft_vs_tbt.png")
     top = float(df["rate"].max())
     lines(
@@ -199,37 +209,24 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         out / "vs_chunk.png",
         logx=True,
         logy=("p50_ttft_ms", "p90_ttft_ms", "p99_itl_ms"),
-        hlines={"p90_ttft_ms": (TTFT_SLO_MS, "SLO"), "p99_itl_ms": (TBT_SLO_MS, "SLO")},
+        hlines=SLO_HLINES,
     )
-    policies = list(params["policies"])  # type: ignore[call-overload]
-    missing = sorted(set(POLICIES) - set(policies))
     rates = ", ".join(f"{r:g}" for r in params["rates"])  # type: ignore[attr-defined]
-    md = header(
+    write_readme(
+        out,
         "Chunked prefill: TTFT vs P99 time between tokens",
         f"Long-prompt ShareGPT-like workload ({params['n']} requests per point, Poisson {rates} req/s; "
         "log-normal input mean 2000 tokens clipped to [4, 8192], output mean 256 clipped to [4, 1024]), "
         "synthetic model charged as Llama-3-8B on a simulated H100 (roofline clock, deterministic), "
         "max_num_seqs 256, chunked prefill on; chunk size = engine.max_num_batched_tokens (sarathi's "
         "scheduler.chunk_size left at null = that budget). "
-        f"Policies: {', '.join(policies)}"
-        + (f" (not yet in conf/scheduler/: {', '.join(missing)})" if missing else "")
-        + ". Goodput = requests/s with TTFT <= 2 s and their own P99 TBT <= 200 ms; `slo_met` = Vidur's "
-        "aggregate SLO (P90 TTFT < 2 s and P99 TBT < 200 ms over the run). TBT = ITL, the gap between "
-        "consecutive tokens of a request.",
-        provenance(),
+        + policies_note(params["policies"], POLICIES)  # type: ignore[arg-type]
+        + f". {GOODPUT_NOTE} TBT = ITL, the gap between consecutive tokens of a request.",
+        [
+            "![ttft vs tbt](ttft_vs_tbt.png)",
+            "",
+            "![vs chunk](vs_chunk.png)",
+            "",
+            *interpretation_and_results(interpretation(df), table(df, COLS)),
+        ],
     )
-    md += [
-        "![ttft vs tbt](ttft_vs_tbt.png)",
-        "",
-        "![vs chunk](vs_chunk.png)",
-        "",
-        "## Interpretation",
-        "",
-        *[f"- {s}" for s in interpretation(df)],
-        "",
-        "## Results",
-        "",
-        table(df, COLS),
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(md))

@@ -19,6 +19,14 @@ from forge.sweep import gather
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Vidur's SLO, as forge.sweep applies it (its defaults --ttft-slo 2.0 --tbt-slo 0.2), in ms for the studies' tables
+TTFT_SLO_MS, TBT_SLO_MS = 2000.0, 200.0
+SLO_HLINES = {"p90_ttft_ms": (TTFT_SLO_MS, "SLO"), "p99_itl_ms": (TBT_SLO_MS, "SLO")}  # for experiments.plots.lines
+GOODPUT_NOTE = (
+    "Goodput = requests/s with TTFT <= 2 s and their own P99 TBT <= 200 ms; `slo_met` = Vidur's aggregate SLO "
+    "(P90 TTFT < 2 s and P99 TBT < 200 ms over the run)."
+)
+
 
 def run_one(overrides: list[str], run_dir: str) -> str:
     import torch
@@ -99,6 +107,28 @@ def header(title: str, intro: str, prov: dict[str, str]) -> list[str]:
     ]
 
 
+def write_results(out: Path, df: pd.DataFrame, cols: Sequence[str] | None = None) -> None:
+    """Create the report directory ``out`` and write ``df[cols]`` (all columns by default) to ``results.csv``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (df if cols is None else df[list(cols)]).to_csv(out / "results.csv", index=False)
+
+
+def section(title: str, body: Sequence[str]) -> list[str]:
+    """Markdown lines of a ``## title`` section: heading, blank line, ``body``, blank line."""
+    return [f"## {title}", "", *body, ""]
+
+
+def write_readme(out: Path, title: str, intro: str, body: Sequence[str]) -> None:
+    """``out/README.md``: the provenance header (see ``header``) followed by the ``body`` lines."""
+    md = [*header(title, intro, provenance()), *body]
+    (out / "README.md").write_text("\n".join(md))
+
+
+def interpretation_and_results(sentences: Sequence[str], results: str) -> list[str]:
+    """The closing sections the studies share: a bulleted ``Interpretation`` and a ``Results`` table."""
+    return [*section("Interpretation", [f"- {s}" for s in sentences]), *section("Results", [results])]
+
+
 def table(df: pd.DataFrame, cols: Sequence[str], fmt: dict[str, str] | None = None) -> str:
     fmt = fmt or {}
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -117,3 +147,11 @@ def table(df: pd.DataFrame, cols: Sequence[str], fmt: dict[str, str] | None = No
 def available_policies(wanted: Sequence[str]) -> list[str]:
     """The wanted scheduler options that exist in conf/scheduler/ (others are being written)."""
     return [p for p in wanted if (REPO / "conf" / "scheduler" / f"{p}.yaml").is_file()]
+
+
+def policies_note(policies: Sequence[str], wanted: Sequence[str]) -> str:
+    """``Policies: a, b`` for a report's intro, naming the ``wanted`` ones missing from conf/scheduler/."""
+    missing = sorted(set(wanted) - set(policies))
+    return f"Policies: {', '.join(policies)}" + (
+        f" (not yet in conf/scheduler/: {', '.join(missing)})" if missing else ""
+    )

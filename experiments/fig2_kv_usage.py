@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import header, provenance, run_grid, table
+from experiments.common import run_grid, table, write_readme, write_results
 
 PAPER = {  # token states %, average batched requests (ShareGPT, 2 req/s) — secondary transcription
     "orca-max": (20.4, 7.00),
@@ -83,67 +83,64 @@ def run(out: Path, size: str) -> None:
             }
         )
     res = pd.DataFrame(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    res.to_csv(out / "results.csv", index=False)
+    write_results(out, res)
     plot(res, out)
-    prov = provenance()
-    lines = header(
+    write_readme(
+        out,
         "vLLM paper Fig. 2 / Fig. 13: KV memory use and batch size, Orca reservations vs paged",
         f"ShareGPT-like workload ({n} requests, Poisson 2 req/s, lengths log-normal with the paper's means), "
         "synthetic model charged as OPT-13B on a simulated A100-40GB (roofline), 15.7K KV slots as in the "
         "paper's Table 1, max_model_len 2048. Orca variants: contiguous first-fit arena at token granularity "
         "(block_size 1); paged: 16-token blocks. Shares are means over steps of the KV memory not free "
         "(token states + reserved + internal + external fragmentation).",
-        prov,
-    )
-    lines += [
-        "## Results beside the paper",
-        "",
-        table(
-            res,
-            [
-                "system",
-                "token_states_pct",
-                "paper_token_states_pct",
-                "reserved_pct",
-                "internal_frag_pct",
-                "external_frag_pct",
-                "mean_batch",
-                "paper_mean_batch",
-                "num_preemptions",
-            ],
-            {
-                c: ".1f"
-                for c in [
+        [
+            "## Results beside the paper",
+            "",
+            table(
+                res,
+                [
+                    "system",
                     "token_states_pct",
                     "paper_token_states_pct",
                     "reserved_pct",
                     "internal_frag_pct",
                     "external_frag_pct",
-                ]
-            }
-            | {"mean_batch": ".2f", "paper_mean_batch": ".2f"},
-        ),
-        "",
-        "![KV breakdown](kv_breakdown.png)",
-        "",
-        "![batch](batched_requests.png)",
-        "",
-        "## Why the numbers differ",
-        "",
-        "- The paper measured its own serving traces on real ShareGPT conversations; our lengths are a log-normal "
-        "fit to the published means only, so the spread (and thus pow2 rounding and max over-reservation) differs.",
-        "- `mean_batch` is the mean number of requests per engine step; the paper's Fig. 13 averages batched "
-        "requests over its run. Both depend on the latency the simulated clock charges (roofline A100 numbers, "
-        "not measured OPT-13B kernels), because at a fixed arrival rate batch size = rate x time in system.",
-        "- Orca (Max) reserves max_model_len = 2048 slots per request, so 15.7K slots admit at most 7 requests: "
-        "the paper's 7.00 is that cap, and so is ours.",
-        "- External fragmentation here is the free memory outside the largest free run of the first-fit arena, "
-        "measured at each step; the paper's 'external fragmentation + other' bucket also holds what its "
-        "allocator could not attribute.",
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(lines))
+                    "mean_batch",
+                    "paper_mean_batch",
+                    "num_preemptions",
+                ],
+                {
+                    c: ".1f"
+                    for c in [
+                        "token_states_pct",
+                        "paper_token_states_pct",
+                        "reserved_pct",
+                        "internal_frag_pct",
+                        "external_frag_pct",
+                    ]
+                }
+                | {"mean_batch": ".2f", "paper_mean_batch": ".2f"},
+            ),
+            "",
+            "![KV breakdown](kv_breakdown.png)",
+            "",
+            "![batch](batched_requests.png)",
+            "",
+            "## Why the numbers differ",
+            "",
+            "- The paper measured its own serving traces on real ShareGPT conversations; our lengths are a log-normal "
+            "fit to the published means only, so the spread (and thus pow2 rounding and max over-reservation) differs.",
+            "- `mean_batch` is the mean number of requests per engine step; the paper's Fig. 13 averages batched "
+            "requests over its run. Both depend on the latency the simulated clock charges (roofline A100 numbers, "
+            "not measured OPT-13B kernels), because at a fixed arrival rate batch size = rate x time in system.",
+            "- Orca (Max) reserves max_model_len = 2048 slots per request, so 15.7K slots admit at most 7 requests: "
+            "the paper's 7.00 is that cap, and so is ours.",
+            "- External fragmentation here is the free memory outside the largest free run of the first-fit arena, "
+            "measured at each step; the paper's 'external fragmentation + other' bucket also holds what its "
+            "allocator could not attribute.",
+            "",
+        ],
+    )
 
 
 def plot(res: pd.DataFrame, out: Path) -> None:

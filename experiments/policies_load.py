@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import available_policies, header, provenance, run_grid, table
+from experiments.common import (
+    GOODPUT_NOTE,
+    SLO_HLINES,
+    TBT_SLO_MS,
+    available_policies,
+    policies_note,
+    run_grid,
+    section,
+    table,
+    write_readme,
+    write_results,
+)
 from experiments.plots import lines
 
 POLICIES = ("fcfs", "priority", "sjf", "decode_first", "prefill_first", "sarathi", "lpm")
@@ -15,7 +26,6 @@ ARRIVALS = {
     "poisson": ["workload.arrivals._target_=forge.workload.Poisson"],
     "bursty": ["workload.arrivals._target_=forge.workload.Gamma", "+workload.arrivals.burstiness=0.25"],
 }
-TTFT_SLO_MS, TBT_SLO_MS = 2000.0, 200.0
 COLS = [
     "scheduler",
     "arrivals",
@@ -184,8 +194,7 @@ def interpretation(df: pd.DataFrame, cap: pd.DataFrame) -> list[str]:
 
 
 def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    df[COLS].to_csv(out / "results.csv", index=False)
+    write_results(out, df, COLS)
     metrics = [
         ("p50_ttft_ms", "P50 TTFT (ms, log)"),
         ("p90_ttft_ms", "P90 TTFT (ms, log)"),
@@ -193,7 +202,6 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         ("p99_itl_ms", "P99 TBT (ms, log)"),
         ("goodput", "goodput (req/s meeting the SLO)"),
     ]
-    slo = {"p90_ttft_ms": (TTFT_SLO_MS, "SLO"), "p99_itl_ms": (TBT_SLO_MS, "SLO")}
     for arr in ARRIVALS:
         lines(
             df[df["arrivals"] == arr],
@@ -205,7 +213,7 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
             out / f"{arr}.png",
             logx=True,
             logy=("p50_ttft_ms", "p90_ttft_ms", "p99_itl_ms"),
-            hlines=slo,
+            hlines=SLO_HLINES,
         )
     both = df[df["scheduler"].isin(["fcfs", "sjf", "prefill_first"])]
     lines(
@@ -218,47 +226,38 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         out / "poisson_vs_bursty.png",
         logx=True,
         logy=("p50_ttft_ms", "p90_ttft_ms", "p99_itl_ms"),
-        hlines=slo,
+        hlines=SLO_HLINES,
     )
     cap = capacity(df)
     cap.to_csv(out / "capacity.csv", index=False)
-    policies = list(params["policies"])  # type: ignore[call-overload]
-    missing = sorted(set(POLICIES) - set(policies))
-    md = header(
+    write_readme(
+        out,
         "Policies under load: Poisson vs bursty arrivals",
         f"ShareGPT-like workload ({params['n']} requests per point, 4 priority levels drawn uniformly), synthetic "
         "model charged as Llama-3-8B on a simulated H100 (roofline clock, deterministic), max_num_seqs 128, "
         "1024 tokens per step, chunked prefill on, prefix caching off. Bursty = gamma inter-arrivals with shape "
-        "0.25 (same mean rate). Goodput = requests/s with TTFT <= 2 s and their own P99 TBT <= 200 ms; "
-        "`slo_met` = Vidur's aggregate SLO (P90 TTFT < 2 s and P99 TBT < 200 ms over the run). "
-        f"Policies: {', '.join(policies)}"
-        + (f" (not yet in conf/scheduler/: {', '.join(missing)})" if missing else "")
+        f"0.25 (same mean rate). {GOODPUT_NOTE} "
+        + policies_note(params["policies"], POLICIES)  # type: ignore[arg-type]
         + ".",
-        provenance(),
+        [
+            *section(
+                "Capacity under Vidur's SLO",
+                [
+                    "`max_rate_meeting_slo`: highest tested rate up to which every rate meets the SLO (0: none does).",
+                    "",
+                    table(cap, list(cap.columns)),
+                ],
+            ),
+            *section("Interpretation", [f"- {s}" for s in interpretation(df, cap)]),
+            "## Poisson",
+            "![poisson](poisson.png)",
+            "",
+            "## Bursty",
+            "![bursty](bursty.png)",
+            "",
+            "## Poisson vs bursty",
+            "![poisson vs bursty](poisson_vs_bursty.png)",
+            "",
+            *section("All runs", [table(df, COLS)]),
+        ],
     )
-    md += [
-        "## Capacity under Vidur's SLO",
-        "",
-        "`max_rate_meeting_slo`: highest tested rate up to which every rate meets the SLO (0: none does).",
-        "",
-        table(cap, list(cap.columns)),
-        "",
-        "## Interpretation",
-        "",
-        *[f"- {s}" for s in interpretation(df, cap)],
-        "",
-        "## Poisson",
-        "![poisson](poisson.png)",
-        "",
-        "## Bursty",
-        "![bursty](bursty.png)",
-        "",
-        "## Poisson vs bursty",
-        "![poisson vs bursty](poisson_vs_bursty.png)",
-        "",
-        "## All runs",
-        "",
-        table(df, COLS),
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(md))

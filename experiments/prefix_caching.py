@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import header, provenance, run_grid, table
+from experiments.common import interpretation_and_results, run_grid, table, write_readme, write_results
 from experiments.plots import lines
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
@@ -97,7 +97,6 @@ def interpretation(df: pd.DataFrame, params: dict[str, object]) -> list[str]:
 
 
 def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
     cols = [
         "prefix_caching",
         "block_size",
@@ -109,7 +108,7 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         "request_throughput",
         "num_preemptions",
     ]
-    df[cols].to_csv(out / "results.csv", index=False)
+    write_results(out, df, cols)
     plot_df = df.assign(caching=df["prefix_caching"].map({True: "caching on", False: "caching off"}))
     lines(
         plot_df,
@@ -126,7 +125,8 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         logx=True,
         logy=("p50_ttft_ms", "p90_ttft_ms"),
     )
-    md = header(
+    write_readme(
+        out,
         "Prefix caching: hit rate and TTFT vs block size",
         f"Shared-prefix workload: {params['n']} requests (Poisson 20 req/s) over 4 system prompts of "
         f"{PREFIX_LEN} tokens + uniform 16-128 token suffixes, outputs 16-128 tokens; paged KV cache with prefix "
@@ -134,18 +134,11 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         "deterministic), max_num_seqs 128, 2048 tokens per step. Hit rate = cached prompt tokens / prompt "
         "tokens looked up (`prefix_cache_hits / prefix_cache_queries`). Only full blocks are cached, so a "
         f"{PREFIX_LEN}-token prefix reuses floor({PREFIX_LEN} / block_size) blocks (`hit_rate_bound`).",
-        provenance(),
+        [
+            "![block size](vs_block_size.png)",
+            "",
+            *interpretation_and_results(
+                interpretation(df, params), table(df, cols, {"hit_rate": ".3f", "hit_rate_bound": ".3f"})
+            ),
+        ],
     )
-    md += [
-        "![block size](vs_block_size.png)",
-        "",
-        "## Interpretation",
-        "",
-        *[f"- {s}" for s in interpretation(df, params)],
-        "",
-        "## Results",
-        "",
-        table(df, cols, {"hit_rate": ".3f", "hit_rate_bound": ".3f"}),
-        "",
-    ]
-    (out / "README.md").write_text("\n".join(md))
