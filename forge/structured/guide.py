@@ -21,7 +21,7 @@ import torch
 from outlines_core import Index, Vocabulary
 from outlines_core.json_schema import BOOLEAN, NULL, NUMBER, STRING, build_regex_from_schema
 
-from forge.structured.base import ConstraintSpec, GrammarError
+from forge.structured.base import Constraint, ConstraintSpec, GrammarError, check_budget, fit_mask
 
 INF = 1 << 30
 
@@ -147,3 +147,31 @@ class DFAGuide:
     @property
     def num_cached_masks(self) -> int:
         return len(self._full) + len(self._tight)
+
+
+class DFAConstraint(Constraint):
+    """A request's state in a ``DFAGuide`` and its remaining token budget."""
+
+    def __init__(self, guide: DFAGuide, budget: int) -> None:
+        check_budget(guide.min_tokens, budget)
+        self.guide = guide
+        self.state = guide.initial
+        self.remaining = budget
+
+    def mask(self) -> torch.Tensor:
+        """The guide's length-safe mask for the current state, over the guide's vocabulary."""
+        return self.guide.mask(self.state, self.remaining)
+
+    def allowed_mask(self, vocab_size: int) -> torch.Tensor | None:
+        return fit_mask(self.mask(), vocab_size)
+
+    def accept(self, token: int) -> None:
+        nxt = self.guide.next_state(self.state, token)
+        if nxt is None:
+            raise ValueError(f"token {token} is not allowed in DFA state {self.state}")
+        self.state = nxt
+        self.remaining -= 1
+
+    @property
+    def is_accepting(self) -> bool:
+        return self.state in self.guide.finals

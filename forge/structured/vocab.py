@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from forge.structured.base import GrammarError
 from forge.tokenizer import ByteTokenizer, Tokenizer
 
 _HEX_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -72,3 +73,10 @@ def token_bytes(tokenizer: Tokenizer, vocab_size: int | None = None) -> list[byt
     else:
         out = [None if i in special else tokenizer.decode([i]).encode("utf-8") for i in range(n)]
     return [b if b else None for b in out]
+
+
+def grammar_vocab(tokenizer: Tokenizer) -> tuple[list[bytes | None], frozenset[int]]:
+    """Each token's bytes and the EOS ids, for compiling grammars against ``tokenizer``."""
+    if not tokenizer.eos_token_ids:
+        raise GrammarError("structured output needs a tokenizer with an EOS token")
+    return token_bytes(tokenizer, tokenizer.vocab_size), frozenset(tokenizer.eos_token_ids)

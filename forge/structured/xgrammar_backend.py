@@ -16,7 +16,7 @@ decides, and an output cut by ``max_tokens`` may be an unfinished document.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -31,8 +31,8 @@ from forge.structured.base import (
     check_budget,
     fit_mask,
 )
-from forge.structured.guide import DFAGuide, build_index, spec_to_regex
-from forge.structured.vocab import token_bytes
+from forge.structured.guide import DFAConstraint, DFAGuide, build_index, spec_to_regex
+from forge.structured.vocab import grammar_vocab
 from forge.tokenizer import Tokenizer
 
 _BITS = torch.arange(32, dtype=torch.int32)
@@ -45,46 +45,40 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 class XGrammarConstraint(Constraint):
+    """xgrammar's matcher, and (with the length guard) a ``DFAConstraint`` over the same regex."""
+
     def __init__(self, grammar: XGrammarGrammar, budget: int) -> None:
         check_budget(grammar.min_tokens, budget)
         self.grammar = grammar
         self.matcher: Any = xgr.GrammarMatcher(grammar.compiled)
         self.bitmask = xgr.allocate_token_bitmask(1, grammar.vocab_size)
-        self.guide = grammar.guide
-        self.state = self.guide.initial if self.guide is not None else 0
-        self.remaining = budget
+        self.dfa = DFAConstraint(grammar.guide, budget) if grammar.guide is not None else None
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor | None:
         if self.matcher is None:
-            assert self.guide is not None
-            mask = self.guide.mask(self.state, self.remaining)
-        else:
-            self.matcher.fill_next_token_bitmask(self.bitmask)
-            mask = unpack_bitmask(self.bitmask, self.grammar.vocab_size)
-            if self.guide is not None:
-                guarded = mask & self.guide.mask(self.state, self.remaining)
-                if not bool(guarded.any()):
-                    self.matcher = None
-                    guarded = self.guide.mask(self.state, self.remaining)
-                mask = guarded
+            assert self.dfa is not None
+            return self.dfa.allowed_mask(vocab_size)
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        mask = unpack_bitmask(self.bitmask, self.grammar.vocab_size)
+        if self.dfa is not None:
+            mask = mask & self.dfa.mask()
+            if not bool(mask.any()):  # the engines disagree here: follow the guide alone from now on
+                self.matcher = None
+                return self.dfa.allowed_mask(vocab_size)
         return fit_mask(mask, vocab_size)
 
     def accept(self, token: int) -> None:
         if self.matcher is not None and not self.matcher.accept_token(token):
-            if self.guide is None:
+            if self.dfa is None:
                 raise ValueError(f"xgrammar rejected token {token}")
             self.matcher = None
-        if self.guide is not None:
-            nxt = self.guide.next_state(self.state, token)
-            if nxt is None:
-                raise ValueError(f"token {token} is not allowed in DFA state {self.state}")
-            self.state = nxt
-        self.remaining -= 1
+        if self.dfa is not None:
+            self.dfa.accept(token)
 
     @property
     def is_accepting(self) -> bool:
-        if self.guide is not None:
-            return self.state in self.guide.finals
+        if self.dfa is not None:
+            return self.dfa.is_accepting
         return self.matcher is not None and bool(self.matcher.is_terminated())
 
 
@@ -117,10 +111,7 @@ class XGrammarBackend(StructuredBackend):
         self.max_recursion_depth = max_recursion_depth
         self.cache_size = cache_size
         self.vocab_size = tokenizer.vocab_size
-        self.tokens = token_bytes(tokenizer, self.vocab_size)
-        if not tokenizer.eos_token_ids:
-            raise GrammarError("structured output needs a tokenizer with an EOS token")
-        self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
+        self.tokens, self.eos_token_ids = grammar_vocab(tokenizer)
         info = xgr.TokenizerInfo(
             [b if b is not None else b"" for b in self.tokens],
             xgr.VocabType.RAW,
@@ -128,13 +119,9 @@ class XGrammarBackend(StructuredBackend):
             stop_token_ids=sorted(self.eos_token_ids),
         )
         self.compiler = xgr.GrammarCompiler(info, max_threads=1)
-        self._cache: OrderedDict[ConstraintSpec, XGrammarGrammar] = OrderedDict()
+        self._grammars = lru_cache(maxsize=cache_size)(self._build)
 
-    def compile(self, spec: ConstraintSpec) -> Grammar:
-        grammar = self._cache.get(spec)
-        if grammar is not None:
-            self._cache.move_to_end(spec)
-            return grammar
+    def _build(self, spec: ConstraintSpec) -> XGrammarGrammar:
         regex = spec_to_regex(spec, self.max_recursion_depth)
         try:
             compiled = self.compiler.compile_regex(regex)
@@ -144,8 +131,7 @@ class XGrammarBackend(StructuredBackend):
         if self.length_guard:
             index = build_index(regex, self.tokens, min(self.eos_token_ids))
             guide = DFAGuide(index, self.eos_token_ids, self.vocab_size)
-        grammar = XGrammarGrammar(compiled, guide, self.vocab_size, self.eos_token_ids)
-        self._cache[spec] = grammar
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-        return grammar
+        return XGrammarGrammar(compiled, guide, self.vocab_size, self.eos_token_ids)
+
+    def compile(self, spec: ConstraintSpec) -> Grammar:
+        return self._grammars(spec)
