@@ -8,6 +8,7 @@ any loader; ``Llama.from_state_dict`` fuses QKV and gate/up and stores every lin
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +42,12 @@ class LlamaConfig:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
 
 
-class PackedLinear:
+class PackedLinear(ABC):
     """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
     ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    @abstractmethod
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 LinearWeight = torch.Tensor | PackedLinear
