@@ -34,12 +34,23 @@ def make_prompts(tokenizer: Any, n: int, length: int, seed: int = 0) -> Prompts:
     return [tokenizer.random_token_ids(length, rng) for _ in range(n)]
 
 
-def run_forge(prompts: Prompts, output_len: int, weights: str, threads: int) -> float:
+# forge configurations measured: label -> overrides (backend=cpu: decode attention on forge's C kernel)
+VARIANTS = {
+    "fp32": ["model.weights=same", "backend=torch"],
+    "fp32-cpu": ["model.weights=same", "backend=cpu"],
+    "int8": ["model.weights=int8", "backend=cpu"],
+    "int8-kvbf16": ["model.weights=int8", "backend=cpu", "engine.kv_cache_dtype=bfloat16"],
+    "int4": ["model.weights=int4", "backend=cpu"],
+    "int4-kvbf16": ["model.weights=int4", "backend=cpu", "engine.kv_cache_dtype=bfloat16"],
+}
+
+
+def run_forge(prompts: Prompts, output_len: int, overrides: list[str], threads: int) -> float:
     """Seconds for forge to generate ``output_len`` tokens for every prompt."""
     from forge import LLM, SamplingParams
 
-    need_gib = len(prompts) * (len(prompts[0]) + output_len) * 46080 / 2**30 * 1.2 + 0.1
-    llm = LLM("model=smollm2", f"model.weights={weights}", "model.max_position=1024",
+    need_gib = len(prompts) * (len(prompts[0]) + output_len) * 46080 / 2**30 * 1.2 + 0.1  # float32 K/V
+    llm = LLM("model=smollm2", "model.max_position=1024", *overrides,
               f"engine.max_num_seqs={max(len(prompts), 1)}", f"engine.kv_cache_memory_gib={need_gib:.2f}",
               f"backend.num_threads={threads}")
     params = SamplingParams(max_tokens=output_len, temperature=0, ignore_eos=True)

@@ -29,8 +29,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--weights", default="same")
     ap.add_argument("--out", type=Path, default=Path("reports/cpu/profile.md"))
+    ap.add_argument("overrides", nargs="*", help="more config overrides, e.g. backend=cpu")
     args = ap.parse_args()
-    llm = LLM("model=smollm2", "model.max_position=1024", f"model.weights={args.weights}",
+    llm = LLM("model=smollm2", "model.max_position=1024", f"model.weights={args.weights}", *args.overrides,
               f"engine.max_num_seqs={args.requests}", f"backend.num_threads={args.threads}")
     engine = llm.engine
     rng = random.Random(0)
@@ -60,7 +61,7 @@ def main() -> None:
         "# Where a forge decode step goes on CPU",
         "",
         f"Command: `python -m benchmarks.profile_cpu_step --requests {args.requests} --steps {args.steps} "
-        f"--threads {args.threads} --weights {args.weights}`",
+        f"--threads {args.threads} --weights {args.weights}{''.join(' ' + o for o in args.overrides)}`",
         f"Machine: {machine()}",
         f"Commit: {commit()}",
         "",

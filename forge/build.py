@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +55,16 @@ def auto_num_blocks(
     return n
 
 
+def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
+    """The model's KV layout, in ``engine.kv_cache_dtype`` unless that is ``auto``."""
+    name = cfg.engine.get("kv_cache_dtype", "auto")
+    if name == "auto":
+        return model.kv_spec
+    if not model.kv_spec.dtype.is_floating_point:
+        raise ConfigError(f"engine.kv_cache_dtype={name}: this model's cache holds {model.kv_spec.dtype}, keep auto")
+    return dataclasses.replace(model.kv_spec, dtype=getattr(torch, name))
+
+
 def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: int) -> KVCacheManager:
     kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
     block_size = kv_cfg.get("block_size", 16)
@@ -60,7 +72,7 @@ def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: in
         raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
     num_blocks = kv_cfg.pop("num_blocks", "auto")
     if num_blocks == "auto":
-        num_blocks = auto_num_blocks(cfg, model.kv_spec, block_size, clock, max_model_len, model)
+        num_blocks = auto_num_blocks(cfg, kv_spec_for(cfg, model), block_size, clock, max_model_len, model)
     if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
         kv_cfg["max_model_len"] = max_model_len
     if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
@@ -101,6 +113,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         num_cpu_blocks=kv.num_cpu_blocks,
         max_num_seqs=limits.max_num_seqs,
         max_model_len=max_model_len,
+        kv_spec=kv_spec_for(cfg, model),
     )
     drafter = build_drafter(cfg, backend, model)
     return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)

@@ -22,6 +22,10 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling")
 
 
+# engine.kv_cache_dtype: "auto" stores K/V in the model's dtype.
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 class ConfigError(ValueError):
     """A setting is invalid; the message names it."""
 
@@ -34,6 +38,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     kv_cache_memory_gib: float = 0.5
     preemption_mode: str = "recompute"
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass
@@ -115,5 +120,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"engine.{name} must be >= 1, got {e[name]}")
     if e.preemption_mode not in ("recompute", "swap"):
         raise ConfigError(f"engine.preemption_mode must be recompute or swap, got {e.preemption_mode!r}")
+    if e.kv_cache_dtype not in KV_CACHE_DTYPES:
+        choices = ", ".join(KV_CACHE_DTYPES)
+        raise ConfigError(f"engine.kv_cache_dtype must be one of {choices}, got {e.kv_cache_dtype!r}")
     if e.kv_cache_memory_gib <= 0:
         raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")

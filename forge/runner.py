@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
+from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
 from forge.kernels.cuda_graphs import GraphRunner
 from forge.models.base import ForwardBatch, Model, OneHotLogits
 from forge.outputs import ModelOutput, SchedulerOutput
@@ -77,12 +77,15 @@ class ModelRunner:
         num_cpu_blocks: int = 0,
         max_num_seqs: int = 256,
         max_model_len: int = 4096,
+        kv_spec: KVSpec | None = None,
     ) -> None:
+        """``kv_spec``: the KV layout to allocate (the model's own when None)."""
         self.model = model
         self.backend = backend
         self.block_size = block_size
         self.seed = seed
-        self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
+        spec = kv_spec or model.kv_spec
+        self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(spec, num_blocks, block_size)
         # Backends that can replay decode steps as CUDA graphs get a graph runner (eager otherwise).
         self.graphs: GraphRunner | None = None
         if getattr(backend, "supports_cuda_graphs", False):
@@ -91,7 +94,6 @@ class ModelRunner:
         # A host-only model on a host cache skips the batch tensors (and, for greedy rows, the logits).
         self.host = model.host_only and all(k.device.type == "cpu" for k, _ in self.kv_caches)
         # The swap space: the same layout in host memory.
-        spec = model.kv_spec
         shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.cpu_kv_caches: list[KVLayer] = [
             (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))

@@ -27,6 +27,8 @@ SCHEDULES = [
     ["scheduler=sarathi", "kvcache=paged", "engine.max_num_batched_tokens=16", "kvcache.block_size=8"],
     # a pool of 8 blocks x 16 forces preemption by recompute
     ["scheduler=fcfs", "kvcache=paged", "kvcache.num_blocks=8", "engine.max_num_batched_tokens=32"],
+    # decode attention on the C kernel (reads K/V in place) instead of torch's gathered copy
+    ["backend=cpu", "scheduler=sarathi", "engine.max_num_batched_tokens=16"],
 ]
 
 

@@ -38,7 +38,7 @@ class TorchBackend(KernelBackend):
 
     def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if query.shape[0] == meta.num_seqs:  # a pure decode step: one query row per request, in order
-            return self._decode_attention(query, kv, meta, None, scale)
+            return self.decode_attention(query, kv, meta, None, scale)
         out = torch.empty_like(query)
         single = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
         multi = [i for i, n in enumerate(meta.query_lens_cpu) if n > 1]
@@ -46,18 +46,19 @@ class TorchBackend(KernelBackend):
         if single:
             rows = torch.tensor([starts[i] for i in single], device=query.device)
             idx = torch.tensor(single, device=query.device)
-            out[rows] = self._decode_attention(query[rows], kv, meta, idx, scale)
+            out[rows] = self.decode_attention(query[rows], kv, meta, idx, scale)
         for i in multi:
             s, e = starts[i], starts[i + 1]
             k, v = gather_context(kv, meta.block_tables[i], meta.seq_lens_cpu[i])
             out[s:e] = _causal_attention(query[s:e], k, v, scale)
         return out
 
-    def _decode_attention(
+    def decode_attention(
         self, q: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, idx: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
-        """One query token per request (requests ``idx``, or all of them in order when None), all at
-        once over padded contexts."""
+        """Attention of ``q [len(idx), heads, head_dim]``, one query token for each of the requests
+        ``idx`` of ``meta`` (all of them, in order, when None), over their cached contexts. Here: all
+        at once over contexts gathered from the cache and padded to the longest."""
         k_cache, v_cache = kv
         block_size = k_cache.shape[1]
         lens = meta.seq_lens_cpu if idx is None else [meta.seq_lens_cpu[i] for i in idx.tolist()]

@@ -1,0 +1,136 @@
+"""Build the package's C kernels with the machine's compiler and call them through ``ctypes``.
+
+The shared library is compiled on first use (``cc -O3 -march=native -fopenmp``; about a second)
+into ``<cache>/kernels/`` (``$FORGE_CACHE_DIR`` or ``~/.cache/forge``, as for model files), under a
+name keyed by the source, the flags, the compiler's version and the CPU's feature flags, so a
+cache shared between machines never hands one CPU another's binary. ``$CC`` picks the compiler.
+
+The library's OpenMP runtime is the ``libgomp.so.1`` torch already loaded (same soname), so its
+threads are torch's threads; each call asks for ``torch.get_num_threads()`` of them. ``ctypes``
+releases the GIL for the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from forge.models.fetch import cache_dir
+
+SOURCE = Path(__file__).with_name("paged_attention.c")
+# -ffast-math lets the softmax's expf vectorize (glibc's libmvec); it is given to the compile step
+# only, so the link step does not add crtfastmath.o (which would set flush-to-zero process-wide).
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
+LINK_FLAGS = ("-shared", "-fopenmp")
+LIBS = ("-lmvec", "-lm")
+
+
+class NativeKernelsUnavailable(RuntimeError):
+    """The C kernels could not be built or loaded here; the message says why."""
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise NativeKernelsUnavailable(f"no C compiler: {cc!r} is not on PATH (install gcc, or set $CC)")
+    return cc
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_key(cc: str) -> str:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+    parts = [SOURCE.read_text(), " ".join(COMPILE_FLAGS + LINK_FLAGS + LIBS), version, _cpu_flags()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _compile(cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        obj, lib = Path(tmp) / "kernels.o", Path(tmp) / target.name
+        for cmd in (
+            [cc, *COMPILE_FLAGS, "-c", str(SOURCE), "-o", str(obj)],
+            [cc, *LINK_FLAGS, str(obj), "-o", str(lib), *LIBS],
+        ):
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise NativeKernelsUnavailable(
+                    f"compiling {SOURCE.name} failed ({' '.join(cmd)}):\n{done.stderr.strip()}"
+                )
+        os.replace(lib, target)  # atomic: a concurrent build of the same key is harmless
+
+
+@cache
+def library() -> ctypes.CDLL:
+    """The compiled kernels, built on first call; raises ``NativeKernelsUnavailable``."""
+    torch.get_num_threads()  # torch (and with it its libgomp.so.1) is loaded before the library
+    cc = _compiler()
+    target = cache_dir() / "kernels" / f"forge_cpu_{_build_key(cc)}.so"
+    if not target.exists():
+        _compile(cc, target)
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as exc:
+        raise NativeKernelsUnavailable(f"loading {target} failed: {exc}") from exc
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    for name in ("forge_paged_decode_attention_f32", "forge_paged_decode_attention_bf16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int]
+        fn.restype = ctypes.c_int
+    return lib
+
+
+KV_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of one query row per request, ``q [B, heads, head_dim]`` float32, over each
+    request's first ``seq_lens[b]`` cached tokens, read in place from ``k_cache``/``v_cache``
+    ``[num_blocks, block_size, kv_heads, head_dim]`` (float32 or bfloat16) through
+    ``block_tables [B, >= blocks needed]``. Returns ``[B, heads, head_dim]`` float32."""
+    suffix = KV_DTYPES.get(k_cache.dtype)
+    if suffix is None or q.dtype != torch.float32 or v_cache.dtype != k_cache.dtype:
+        raise TypeError(f"paged_decode_attention: float32 queries over float32/bfloat16 K/V, got "
+                        f"{q.dtype} over {k_cache.dtype}/{v_cache.dtype}")
+    if q.device.type != "cpu" or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("paged_decode_attention: CPU tensors and contiguous K/V caches only")
+    b, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[2]
+    if heads % kv_heads or k_cache.shape[3] != head_dim or seq_lens.shape[0] != b:
+        raise ValueError(f"paged_decode_attention: shapes q {tuple(q.shape)}, cache {tuple(k_cache.shape)}, "
+                         f"seq_lens {tuple(seq_lens.shape)} do not fit")
+    q = q.contiguous()
+    tables = block_tables.to(torch.int64).contiguous()
+    lens = seq_lens.to(torch.int64).contiguous()
+    out = torch.empty_like(q)
+    fn = getattr(library(), f"forge_paged_decode_attention_{suffix}")
+    failed = fn(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), tables.stride(0),
+                lens.data_ptr(), out.data_ptr(), b, heads, kv_heads, head_dim, k_cache.shape[1], scale,
+                torch.get_num_threads())
+    if failed:
+        raise MemoryError("paged_decode_attention: out of memory for the score buffers")
+    return out

@@ -1,0 +1,143 @@
+"""backend=cpu: the C paged decode-attention kernel against dense attention, its batch
+independence, the engine on it, and engine.kv_cache_dtype."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from forge import LLM, SamplingParams
+from forge.build import build_engine
+from forge.config import ConfigError, compose_config
+from forge.kernels.base import AttentionMetadata
+from forge.kernels.cpu import native
+from forge.kernels.cpu_backend import CpuBackend
+from tests.test_torch_backend import dense_attention
+
+try:
+    native.library()
+    NATIVE_ERROR = ""
+except native.NativeKernelsUnavailable as exc:  # no C compiler here
+    NATIVE_ERROR = str(exc)
+needs_native = pytest.mark.skipif(bool(NATIVE_ERROR), reason=f"C kernels unavailable: {NATIVE_ERROR}")
+
+
+def paged_batch(
+    shapes: list[tuple[int, int]], bs: int, h: int, kvh: int, d: int, kv_dtype: torch.dtype, seed: int = 0
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], AttentionMetadata, torch.Tensor]:
+    """Random K/V in shuffled blocks for requests of ``(context, new tokens)`` and their dense
+    float64 reference output (computed from the cache's own values)."""
+    gen = torch.Generator().manual_seed(seed)
+    nblocks = sum(-(-(c + n) // bs) for c, n in shapes) + 3
+    kv = (torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
+          torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype))
+    perm = torch.randperm(nblocks, generator=gen).tolist()
+    tables, qs, refs = [], [], []
+    for ctx, n in shapes:
+        length = ctx + n
+        table = [perm.pop() for _ in range(-(-length // bs))]
+        tables.append(table)
+        k_all = kv[0][table].flatten(0, 1)[:length].double()
+        v_all = kv[1][table].flatten(0, 1)[:length].double()
+        q = torch.randn(n, h, d, generator=gen)
+        qs.append(q)
+        refs.append(dense_attention(q.double(), k_all, v_all, 0.3))
+    width = max(map(len, tables))
+    starts = [0]
+    for _, n in shapes:
+        starts.append(starts[-1] + n)
+    meta = AttentionMetadata(
+        query_start_loc=torch.tensor(starts),
+        seq_lens=torch.tensor([c + n for c, n in shapes]),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+        slot_mapping=torch.zeros(starts[-1], dtype=torch.long),  # unused: nothing is written here
+        block_size=bs,
+        query_lens_cpu=[n for _, n in shapes],
+        seq_lens_cpu=[c + n for c, n in shapes],
+    )
+    return torch.cat(qs), kv, meta, torch.cat(refs)
+
+
+# (context before, new tokens): decodes at and across block edges, a long one, a prefill chunk
+# beside decodes (only the decode rows go to the C kernel), and a lone decode.
+BATCHES = {
+    "decodes": [(9, 1), (3, 1), (15, 1), (0, 1), (200, 1)],
+    "mixed": [(9, 1), (5, 6), (0, 7), (31, 1)],
+    "one-decode": [(13, 1)],
+}
+
+
+@needs_native
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize(("bs", "h", "kvh", "d"), [(4, 6, 2, 8), (16, 9, 3, 64), (1, 4, 4, 24), (8, 8, 1, 16)])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_cpu_attention_matches_dense(batch: str, bs: int, h: int, kvh: int, d: int, kv_dtype: torch.dtype) -> None:
+    q, kv, meta, ref = paged_batch(BATCHES[batch], bs, h, kvh, d, kv_dtype)
+    out = CpuBackend().attention(q, kv, meta, 0.3)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, atol=2e-6, rtol=2e-5)
+
+
+@needs_native
+def test_decode_row_does_not_depend_on_the_batch() -> None:
+    """A request's decode output is bit-identical alone and among others (fixed reduction order)."""
+    shapes = [(40, 1), (7, 1), (100, 1), (63, 1)]
+    q, kv, meta, _ = paged_batch(shapes, 16, 9, 3, 64, torch.float32, seed=3)
+    together = native.paged_decode_attention(q, *kv, meta.block_tables, meta.seq_lens, 0.125)
+    for i in range(len(shapes)):
+        one = slice(i, i + 1)
+        alone = native.paged_decode_attention(q[one], *kv, meta.block_tables[one], meta.seq_lens[one], 0.125)
+        assert torch.equal(alone[0], together[i])
+
+
+@needs_native
+def test_kernel_rejects_what_it_cannot_read() -> None:
+    q, kv, meta, _ = paged_batch([(5, 1)], 4, 2, 1, 8, torch.float32)
+    with pytest.raises(TypeError, match="float32"):
+        native.paged_decode_attention(q.double(), *kv, meta.block_tables, meta.seq_lens, 1.0)
+    with pytest.raises(ValueError, match="shapes"):
+        native.paged_decode_attention(q[:, :, :4], *kv, meta.block_tables, meta.seq_lens, 1.0)
+
+
+@needs_native
+@pytest.mark.parametrize("kv_dtype", ["auto", "bfloat16"])
+def test_engine_on_cpu_backend_matches_torch_backend(kv_dtype: str) -> None:
+    """The real Llama code (tiny, float32) through the engine: same greedy tokens on both backends,
+    with more requests than one step's decode batch and a mid-run prefill."""
+    base = ["model=tiny", "model.dtype=float32", f"engine.kv_cache_dtype={kv_dtype}",
+            "engine.max_num_batched_tokens=32"]
+    prompts = [[(7 * i + j) % 300 + 10 for j in range(5 + 3 * i)] for i in range(6)]
+    params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+    outs = {
+        backend: [o.token_ids for o in LLM(*base, f"backend={backend}").generate(prompts, params)]
+        for backend in ("torch", "cpu")
+    }
+    assert outs["cpu"] == outs["torch"]
+
+
+def test_kv_cache_dtype_sizes_and_types_the_pool() -> None:
+    base = ["model=tiny", "model.dtype=float32", "engine.kv_cache_memory_gib=0.01"]
+    full = build_engine(compose_config(base))
+    half = build_engine(compose_config([*base, "engine.kv_cache_dtype=bfloat16"]))
+    assert full.runner.kv_caches[0][0].dtype == torch.float32
+    assert half.runner.kv_caches[0][0].dtype == torch.bfloat16
+    assert half.scheduler.kv.num_blocks // 2 == full.scheduler.kv.num_blocks  # same bytes, twice the blocks
+
+
+def test_kv_cache_dtype_is_checked() -> None:
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        compose_config(["engine.kv_cache_dtype=int4"])
+    with pytest.raises(ConfigError, match="keep auto"):  # the synthetic model's cache holds token ids
+        build_engine(compose_config(["model=synthetic", "engine.kv_cache_dtype=bfloat16"]))
+
+
+def test_cpu_backend_without_a_compiler_says_so(tmp_path: os.PathLike[str]) -> None:
+    env = {**os.environ, "CC": "no-such-cc", "FORGE_CACHE_DIR": str(tmp_path)}
+    code = "from forge.kernels.cpu_backend import CpuBackend\nCpuBackend()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode != 0
+    assert "backend=cpu cannot build its C kernels here" in done.stderr and "no-such-cc" in done.stderr
