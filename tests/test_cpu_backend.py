@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from test_torch_backend import dense_attention
 
 from forge import LLM, SamplingParams
 from forge.build import build_engine
@@ -16,7 +17,7 @@ from forge.config import ConfigError, compose_config
 from forge.kernels.base import AttentionMetadata
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
-from tests.test_torch_backend import dense_attention
+from forge.models.fast_weights import quantize_rows
 
 try:
     native.library()
@@ -141,3 +142,20 @@ def test_cpu_backend_without_a_compiler_says_so(tmp_path: os.PathLike[str]) -> N
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert done.returncode != 0
     assert "backend=cpu cannot build its C kernels here" in done.stderr and "no-such-cc" in done.stderr
+
+
+@needs_native
+@pytest.mark.parametrize(("rows", "cols"), [(1, 576), (5, 64), (64, 1536)])
+def test_int8_quantize_and_rescale_are_bit_identical_to_torch(rows: int, cols: int) -> None:
+    """The int8 weight format's one-pass C helpers give exactly the torch expressions' bits."""
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, cols, generator=gen) * torch.rand(rows, 1, generator=gen) * 30
+    x[0, :3] = 0.0
+    q, scale = native.quantize_rows(x)
+    q_ref, scale_ref = quantize_rows(x)
+    assert torch.equal(q, q_ref) and torch.equal(scale, scale_ref)
+    acc = torch.randint(-(2**30), 2**30, (rows, 300), dtype=torch.int32, generator=gen)
+    col_scale = torch.rand(300, generator=gen)
+    assert torch.equal(native.rescale_int_mm(acc, scale, col_scale), (acc * scale_ref).mul_(col_scale))
+    zeros, zero_scale = native.quantize_rows(torch.zeros(2, 8))
+    assert not zeros.any() and torch.all(zero_scale > 0)

@@ -4,9 +4,10 @@
 - ``int8``: CPU only. Every linear weight (QKV, output, gate/up, down and the LM head) is
   quantized per output channel to int8; activations are quantized per row (per token) on
   the fly, and ``torch._int_mm`` (int8 x int8 -> int32, AVX-512 VNNI through oneDNN) does
-  the product, rescaled by the row and channel scales. Approximate: greedy continuations
-  diverge from float32 after a few tokens (``tests/test_fast_weights_int8.py`` pins the
-  measured agreement); use it for speed studies only.
+  the product, rescaled by the row and channel scales (quantization and rescaling each in one
+  pass on forge's C kernels when they build here: the same bits as the torch ops, which are the
+  fallback). Approximate: greedy continuations diverge from float32 after a few tokens
+  (``tests/test_fast_weights_int8.py`` pins the measured agreement); use it for speed studies only.
 - ``int4``: CPU only; for batch-1 decode. Every layer weight (QKV, output, gate/up, down) is also
   quantized to 4 bits in groups of 32 input channels with an asymmetric scale and zero per group
   (the grid of a Q4_1 GGUF, so SmolLM2's weights come back exactly up to the bfloat16 rounding of
@@ -32,6 +33,7 @@ import warnings
 
 import torch
 
+from forge.kernels.cpu import native
 from forge.models.llama import LinearWeight, Llama, PackedLinear
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
@@ -76,6 +78,7 @@ class Int8RowwiseLinear(PackedLinear):
         # Stored [out, in] and used transposed: oneDNN's int8 GEMM is fastest on that layout for few rows.
         self._qweight_out_in = torch.round(w / self.scale).to(torch.int8).t().contiguous()
         self._qweight_in_out = self._qweight_out_in.t()
+        self._native = native.available()
 
     @property
     def qweight(self) -> torch.Tensor:
@@ -84,6 +87,9 @@ class Int8RowwiseLinear(PackedLinear):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2 and x.dtype == torch.float32:  # the common case without reshapes and casts
+            if self._native:  # the same bits in one pass each (forge.kernels.cpu.native)
+                q, row_scale = native.quantize_rows(x.contiguous())
+                return native.rescale_int_mm(torch._int_mm(q, self._qweight_in_out), row_scale, self.scale)
             q, row_scale = quantize_rows(x)
             return (torch._int_mm(q, self._qweight_in_out) * row_scale).mul_(self.scale)
         flat = x.reshape(-1, self.in_features)

@@ -26,10 +26,12 @@ import torch
 
 from forge.models.fetch import cache_dir
 
-SOURCE = Path(__file__).with_name("paged_attention.c")
-# -ffast-math lets the softmax's expf vectorize (glibc's libmvec); it is given to the compile step
-# only, so the link step does not add crtfastmath.o (which would set flush-to-zero process-wide).
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
+HERE = Path(__file__).parent
+COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c11")
+# Per source: -ffast-math lets the softmax's expf vectorize (glibc's libmvec). quant.c must match
+# torch's float arithmetic bit for bit, so it gets none. Fast-math is given to compile steps only,
+# so the link step does not add crtfastmath.o (which would set flush-to-zero process-wide).
+SOURCES = {"paged_attention.c": ("-ffast-math",), "quant.c": ()}
 LINK_FLAGS = ("-shared", "-fopenmp")
 LIBS = ("-lmvec", "-lm")
 
@@ -57,23 +59,25 @@ def _cpu_flags() -> str:
 
 def _build_key(cc: str) -> str:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    parts = [SOURCE.read_text(), " ".join(COMPILE_FLAGS + LINK_FLAGS + LIBS), version, _cpu_flags()]
+    sources = [f"{name}\0{' '.join(flags)}\0{(HERE / name).read_text()}" for name, flags in SOURCES.items()]
+    parts = [*sources, " ".join(COMPILE_FLAGS + LINK_FLAGS + LIBS), version, _cpu_flags()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _compile(cc: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        obj, lib = Path(tmp) / "kernels.o", Path(tmp) / target.name
-        for cmd in (
-            [cc, *COMPILE_FLAGS, "-c", str(SOURCE), "-o", str(obj)],
-            [cc, *LINK_FLAGS, str(obj), "-o", str(lib), *LIBS],
-        ):
+        objects = [str(Path(tmp) / f"{name}.o") for name in SOURCES]
+        lib = Path(tmp) / target.name
+        commands = [
+            [cc, *COMPILE_FLAGS, *flags, "-c", str(HERE / name), "-o", obj]
+            for (name, flags), obj in zip(SOURCES.items(), objects, strict=True)
+        ]
+        for cmd in [*commands, [cc, *LINK_FLAGS, *objects, "-o", str(lib), *LIBS]]:
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
-                raise NativeKernelsUnavailable(
-                    f"compiling {SOURCE.name} failed ({' '.join(cmd)}):\n{done.stderr.strip()}"
-                )
+                failed = " ".join(cmd)
+                raise NativeKernelsUnavailable(f"building the C kernels failed ({failed}):\n{done.stderr.strip()}")
         os.replace(lib, target)  # atomic: a concurrent build of the same key is harmless
 
 
@@ -94,7 +98,19 @@ def library() -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int]
         fn.restype = ctypes.c_int
+    lib.forge_quantize_rows.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_int]
+    lib.forge_rescale_int_mm.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_int]
     return lib
+
+
+@cache
+def available() -> bool:
+    """Whether the C kernels build and load here (``library()`` without raising)."""
+    try:
+        library()
+    except NativeKernelsUnavailable:
+        return False
+    return True
 
 
 KV_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
@@ -133,4 +149,30 @@ def paged_decode_attention(
                 torch.get_num_threads())
     if failed:
         raise MemoryError("paged_decode_attention: out of memory for the score buffers")
+    return out
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 quantization of each row of a contiguous float32 ``x [M, K]`` in one pass:
+    ``(q [M, K] int8, scale [M, 1])``, bit-identical (for finite ``x``) to
+    ``scale = max(|x|.amax(row), 1e-12) / 127`` and ``q = round(x / scale)`` in torch."""
+    if x.dtype != torch.float32 or x.dim() != 2 or not x.is_contiguous():
+        raise TypeError(f"quantize_rows: a contiguous float32 matrix, got {x.dtype} {tuple(x.shape)}")
+    rows, cols = x.shape
+    q = torch.empty((rows, cols), dtype=torch.int8)
+    scale = torch.empty((rows, 1), dtype=torch.float32)
+    library().forge_quantize_rows(x.data_ptr(), q.data_ptr(), scale.data_ptr(), rows, cols, torch.get_num_threads())
+    return q, scale
+
+
+def rescale_int_mm(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.Tensor) -> torch.Tensor:
+    """``(acc * row_scale) * col_scale`` in float32 for an int32 ``acc [M, N]``, ``row_scale [M, 1]``
+    and ``col_scale [N]`` (all contiguous), in one pass; bit-identical to the torch expression."""
+    rows, cols = acc.shape
+    if (acc.dtype != torch.int32 or row_scale.numel() != rows or col_scale.numel() != cols
+            or not (acc.is_contiguous() and row_scale.is_contiguous() and col_scale.is_contiguous())):
+        raise TypeError("rescale_int_mm: contiguous int32 [M, N], float32 [M, 1] and float32 [N]")
+    out = torch.empty((rows, cols), dtype=torch.float32)
+    library().forge_rescale_int_mm(acc.data_ptr(), row_scale.data_ptr(), col_scale.data_ptr(), out.data_ptr(),
+                                   rows, cols, torch.get_num_threads())
     return out
