@@ -34,15 +34,17 @@ def make_prompts(tokenizer: Any, n: int, length: int, seed: int = 0) -> Prompts:
     return [tokenizer.random_token_ids(length, rng) for _ in range(n)]
 
 
-# forge configurations measured: label -> overrides (backend=cpu: decode attention on forge's C kernel)
+# forge configurations measured: label -> overrides. backend=cpu: decode attention on forge's C kernel
+# (reads K/V in place); backend=torch: the reference ops (K/V gathered, then SDPA).
 VARIANTS = {
     "fp32": ["model.weights=same", "backend=torch"],
     "fp32-cpu": ["model.weights=same", "backend=cpu"],
+    "int8-torch": ["model.weights=int8", "backend=torch"],
     "int8": ["model.weights=int8", "backend=cpu"],
     "int8-kvbf16": ["model.weights=int8", "backend=cpu", "engine.kv_cache_dtype=bfloat16"],
     "int4": ["model.weights=int4", "backend=cpu"],
-    "int4-kvbf16": ["model.weights=int4", "backend=cpu", "engine.kv_cache_dtype=bfloat16"],
 }
+DEFAULT_VARIANTS = ["fp32", "fp32-cpu", "int8-torch", "int8", "int4"]
 
 
 def run_forge(prompts: Prompts, output_len: int, overrides: list[str], threads: int) -> float:
@@ -130,7 +132,8 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "# SmolLM2-135M on CPU: forge vs transformers vs llama.cpp",
         "",
         f"Command: `python -m benchmarks.cpu_real_model --requests {args.requests} --prompt-len {args.prompt_len} "
-        f"--output-len {args.output_len} --threads {args.threads} --batch1-repeats {args.batch1_repeats}`",
+        f"--output-len {args.output_len} --threads {args.threads} --batch1-repeats {args.batch1_repeats} "
+        f"--variants {' '.join(args.variants)}`",
         f"Machine: {machine()}; load average at start {args.load_at_start}",
         f"Commit: {commit()}",
         "",
@@ -139,6 +142,10 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "transformers: one batched `generate`; llama.cpp: requests one after another.",
         "",
         "| system | tok/s |", "|---|---|", *rows,
+        "",
+        "forge variants (config overrides):",
+        "",
+        *[f"- forge-{v}: `{' '.join(VARIANTS[v])}`" for v in args.variants],
         "",
         f"Batch-1 decode ({args.prompt_len} prompt, {args.output_len} output): tok/s, median of "
         f"{args.batch1_repeats} runs (each loads the model afresh)",
@@ -154,9 +161,11 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
             if name.startswith("forge-")
         ],
         "",
-        "forge-int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py: per-channel "
-        "int8 weights x per-token int8 activations through `torch._int_mm`); forge-fp32 is the exact path. "
-        "forge-int4 (`model.weights=int4`, approximate too): 4-bit weights in groups of 32 through "
+        "`backend=cpu` runs decode attention on forge's C kernel, which reads K/V in place through the block "
+        "table (forge/kernels/cpu/); `backend=torch` gathers each context into a padded copy for SDPA. "
+        "int8 is the approximate `model.weights=int8` mode (forge/models/fast_weights.py: per-channel "
+        "int8 weights x per-token int8 activations through `torch._int_mm`); fp32 (`weights=same`) is the exact "
+        "path. int4 (`model.weights=int4`, approximate too): 4-bit weights in groups of 32 through "
         "`torch._weight_int4pack_mm_for_cpu` on bfloat16 activations for products of few rows, the int8 path "
         "for more rows and for the LM head (its top 16 logits recomputed in float32 for few rows).",
         "",
@@ -173,7 +182,9 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], help="systems to leave out: transformers llama.cpp int8 int4")
+    parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, choices=sorted(VARIANTS),
+                        help="forge configurations to measure (VARIANTS in this file)")
+    parser.add_argument("--skip", nargs="*", default=[], help="peers to leave out: transformers llama.cpp")
     parser.add_argument("--report", type=Path, default=Path("reports/cpu/README.md"))
     parser.add_argument("--batch1-repeats", type=int, default=3, help="batch-1 figure: median of this many runs")
     args = parser.parse_args()
@@ -184,14 +195,14 @@ def main() -> None:
     tokenizer = load_gguf(str(smollm2_path()), max_position=64).tokenizer
     prompts = make_prompts(tokenizer, args.requests, args.prompt_len)
     tokens = args.requests * args.output_len
-    weights = ["same"] + [w for w in ("int8", "int4") if w not in args.skip]
     thr: dict[str, float] = {}
     b1: dict[str, float] = {}
     reps = args.batch1_repeats
-    for w in weights:
-        label = "forge-fp32" if w == "same" else f"forge-{w}"
-        measure(label, lambda w=w: run_forge(prompts, args.output_len, w, args.threads), tokens, thr)
-        measure(label, lambda w=w: run_forge(prompts[:1], args.output_len, w, args.threads), args.output_len, b1, reps)
+    for variant in args.variants:
+        label, overrides = f"forge-{variant}", VARIANTS[variant]
+        measure(label, lambda o=overrides: run_forge(prompts, args.output_len, o, args.threads), tokens, thr)
+        measure(label, lambda o=overrides: run_forge(prompts[:1], args.output_len, o, args.threads),
+                args.output_len, b1, reps)
     if "transformers" not in args.skip:
         measure("transformers", lambda: run_transformers(prompts, args.output_len, args.threads), tokens, thr)
         measure("transformers", lambda: run_transformers(prompts[:1], args.output_len, args.threads),
