@@ -8,9 +8,10 @@
  *   seq_lens      [num_seqs]                                       int64 (>= 1)
  * Query head j attends with KV head j / (num_heads / num_kv_heads) (GQA).
  *
- * One task per (request, KV head): the group of query heads sharing that KV head reads each
- * K and V row once. Scores, softmax and the weighted sum are computed in float32 in a fixed
+ * Each K and V row a task needs is read once, for all the query heads that share it, block by
+ * block in table order. Scores, softmax and the weighted sum are computed in float32 in a fixed
  * order, so a request's result does not depend on the other requests in the batch.
+ * Block ids are trusted (the caller's tables index the cache).
  */
 #include <math.h>
 #include <stdint.h>
@@ -36,6 +37,10 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
         const int64_t token_stride = num_kv_heads * head_dim;                                         \
         const int64_t block_stride = block_size * token_stride;                                       \
         const int64_t heads = h1 - h0;                                                                \
+        if (len <= 0) {                                                                               \
+            memset(out + h0 * head_dim, 0, sizeof(float) * (size_t)(heads * head_dim));               \
+            return 0;                                                                                 \
+        }                                                                                             \
         float *scores = malloc(sizeof(float) * (size_t)(heads * len));                                \
         if (scores == NULL) return 1;                                                                 \
         for (int64_t start = 0; start < len; start += block_size) {                                   \
