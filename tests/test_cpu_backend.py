@@ -9,12 +9,11 @@ import sys
 
 import pytest
 import torch
-from test_torch_backend import dense_attention
+from attention_helpers import paged_batch
 
 from forge import LLM, SamplingParams
 from forge.build import build_engine
 from forge.config import ConfigError, compose_config
-from forge.kernels.base import AttentionMetadata
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
 from forge.models.fast_weights import quantize_rows
@@ -25,42 +24,6 @@ try:
 except native.NativeKernelsUnavailable as exc:  # no C compiler here
     NATIVE_ERROR = str(exc)
 needs_native = pytest.mark.skipif(bool(NATIVE_ERROR), reason=f"C kernels unavailable: {NATIVE_ERROR}")
-
-
-def paged_batch(
-    shapes: list[tuple[int, int]], bs: int, h: int, kvh: int, d: int, kv_dtype: torch.dtype, seed: int = 0
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], AttentionMetadata, torch.Tensor]:
-    """Random K/V in shuffled blocks for requests of ``(context, new tokens)`` and their dense
-    float64 reference output (computed from the cache's own values)."""
-    gen = torch.Generator().manual_seed(seed)
-    nblocks = sum(-(-(c + n) // bs) for c, n in shapes) + 3
-    kv = (torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
-          torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype))
-    perm = torch.randperm(nblocks, generator=gen).tolist()
-    tables, qs, refs = [], [], []
-    for ctx, n in shapes:
-        length = ctx + n
-        table = [perm.pop() for _ in range(-(-length // bs))]
-        tables.append(table)
-        k_all = kv[0][table].flatten(0, 1)[:length].double()
-        v_all = kv[1][table].flatten(0, 1)[:length].double()
-        q = torch.randn(n, h, d, generator=gen)
-        qs.append(q)
-        refs.append(dense_attention(q.double(), k_all, v_all, 0.3))
-    width = max(map(len, tables))
-    starts = [0]
-    for _, n in shapes:
-        starts.append(starts[-1] + n)
-    meta = AttentionMetadata(
-        query_start_loc=torch.tensor(starts),
-        seq_lens=torch.tensor([c + n for c, n in shapes]),
-        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
-        slot_mapping=torch.zeros(starts[-1], dtype=torch.long),  # unused: nothing is written here
-        block_size=bs,
-        query_lens_cpu=[n for _, n in shapes],
-        seq_lens_cpu=[c + n for c, n in shapes],
-    )
-    return torch.cat(qs), kv, meta, torch.cat(refs)
 
 
 # (context before, new tokens): decodes at and across block edges, a long one, a prefill chunk

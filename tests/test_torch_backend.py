@@ -4,24 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_helpers import paged_batch
 
-from forge.kernels.base import AttentionMetadata
 from forge.kernels.torch_backend import TorchBackend
-
-
-def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [n, h, d] are the last n positions of k, v [L, kvh, d]."""
-    n, h, _ = q.shape
-    length, kvh, _ = k.shape
-    out = torch.empty_like(q)
-    for i in range(n):
-        pos = length - n + i
-        for head in range(h):
-            kh = head // (h // kvh)
-            s = (k[: pos + 1, kh] @ q[i, head]) * scale
-            out[i, head] = torch.softmax(s, 0) @ v[: pos + 1, kh]
-    return out
-
 
 # (context before, new tokens): a decode, a chunk with a cached prefix, a fresh prompt, a decode at a block edge;
 # then a pure decode step (one query row per request), and a lone decode (the batch-1 path)
@@ -30,38 +15,8 @@ BATCHES = {"mixed": [(9, 1), (5, 6), (0, 7), (11, 1)], "decodes": [(9, 1), (3, 1
 
 @pytest.mark.parametrize("batch", sorted(BATCHES))
 def test_paged_attention_matches_dense(batch: str) -> None:
-    torch.manual_seed(0)
-    backend = TorchBackend("cpu")
-    bs, nblocks, h, kvh, d = 4, 64, 6, 2, 8
-    kv = (torch.randn(nblocks, bs, kvh, d, dtype=torch.float64), torch.randn(nblocks, bs, kvh, d, dtype=torch.float64))
-    shapes = BATCHES[batch]
-    perm = torch.randperm(nblocks).tolist()
-    tables, slot_rows, qs, refs = [], [], [], []
-    for ctx, n in shapes:
-        length = ctx + n
-        table = [perm.pop() for _ in range(-(-length // bs))]
-        tables.append(table)
-        k_all = kv[0][table].flatten(0, 1)[:length]
-        v_all = kv[1][table].flatten(0, 1)[:length]
-        q = torch.randn(n, h, d, dtype=torch.float64)
-        qs.append(q)
-        refs.append(dense_attention(q, k_all, v_all, 0.3))
-        slot_rows += [table[p // bs] * bs + p % bs for p in range(ctx, length)]
-    width = max(map(len, tables))
-    starts = [0]
-    for _, n in shapes:
-        starts.append(starts[-1] + n)
-    meta = AttentionMetadata(
-        query_start_loc=torch.tensor(starts),
-        seq_lens=torch.tensor([c + n for c, n in shapes]),
-        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
-        slot_mapping=torch.tensor(slot_rows),
-        block_size=bs,
-        query_lens_cpu=[n for _, n in shapes],
-        seq_lens_cpu=[c + n for c, n in shapes],
-    )
-    out = backend.attention(torch.cat(qs), kv, meta, 0.3)
-    torch.testing.assert_close(out, torch.cat(refs))
+    q, kv, meta, ref = paged_batch(BATCHES[batch], 4, 6, 2, 8, torch.float64, torch.float64)
+    torch.testing.assert_close(TorchBackend("cpu").attention(q, kv, meta, 0.3), ref)
 
 
 def test_write_kv_places_rows_at_slots() -> None:
