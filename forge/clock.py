@@ -69,10 +69,15 @@ class BatchShape:
 
 
 class CostModel(ABC):
-    """Predicted seconds for one engine step."""
+    """Predicted seconds for one engine step. ``step_time_of(sched)`` is what the clock calls: by
+    default ``step_time`` of the step's ``BatchShape``; a model that needs only sums may override it
+    to read the step's ``totals`` instead (same result, no pass over the chunks)."""
 
     @abstractmethod
     def step_time(self, batch: BatchShape) -> float: ...
+
+    def step_time_of(self, sched: SchedulerOutput) -> float:
+        return self.step_time(BatchShape.of(sched))
 
 
 class RooflineCostModel(CostModel):
@@ -95,15 +100,24 @@ class RooflineCostModel(CostModel):
         self.weight_bytes = d.num_params * d.bytes_per_param
 
     def step_time(self, batch: BatchShape) -> float:
-        tokens: int = sum(batch.query_lens)
+        q, s = batch.query_lens, batch.seq_lens  # C-level sums
+        return self._time(sum(q), sum(map(mul, q, s)), sum(map(mul, q, q)), sum(s), batch.num_sampled)
+
+    def step_time_of(self, sched: SchedulerOutput) -> float:
+        t = sched.totals
+        if t is None:
+            return super().step_time_of(sched)
+        return self._time(sched.num_batched_tokens, t.sum_query_seq, t.sum_query_sq, t.sum_seq_lens, t.num_sampled)
+
+    def _time(self, tokens: int, query_seq: int, query_sq: int, seq_lens: int, num_sampled: int) -> float:
+        """From the sums over requests of q, q * s, q * q and s (q new tokens, s context after the step)."""
         if tokens == 0:
             return 0.0
-        # sum over requests of q * (s - (q - 1) / 2): each query attends to its own prefix (C-level sums)
-        q, s = batch.query_lens, batch.seq_lens
-        pairs = (2 * sum(map(mul, q, s)) - sum(map(mul, q, q)) + tokens) / 2
-        flops: float = 2 * self.linear_params * tokens + 2 * self.head_params * batch.num_sampled
+        # sum over requests of q * (s - (q - 1) / 2): each query attends to its own prefix
+        pairs = (2 * query_seq - query_sq + tokens) / 2
+        flops: float = 2 * self.linear_params * tokens + 2 * self.head_params * num_sampled
         flops += self.attn_flops_per_pair * pairs
-        bytes_moved = self.weight_bytes + self.kv_bytes_per_token * (sum(batch.seq_lens) + tokens)
+        bytes_moved = self.weight_bytes + self.kv_bytes_per_token * (seq_lens + tokens)
         compute = flops / (self.hw.flops * self.hw.flops_efficiency)
         memory = bytes_moved / (self.hw.mem_bw * self.hw.bw_efficiency)
         return max(compute, memory) + self.hw.step_overhead
@@ -275,7 +289,7 @@ class PredictedClock(Clock):
         self._now = max(self._now, t)
 
     def step_finished(self, sched: SchedulerOutput) -> None:
-        self._now += self.cost_model.step_time(BatchShape.of(sched))
+        self._now += self.cost_model.step_time_of(sched)
 
 
 class SimulatedClock(PredictedClock):

@@ -81,13 +81,17 @@ class Engine:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> list[RequestOutput]:
+        return self._step()[0]
+
+    def _step(self) -> tuple[list[RequestOutput], list[RequestOutput]]:
+        """One step: its outputs, and those of them that finished."""
         self.clock.step_started()
         start = self.clock.now()
         if self.drafter is not None:
             self._propose_drafts()
         sched = self.scheduler.schedule()
         if sched.is_empty:
-            return []
+            return [], []
         out = self.runner.execute(sched, self.requests, self._draft_probs)
         if self.drafter is not None:  # drafts come only from the drafter
             self._record_verification(sched, out)
@@ -95,11 +99,11 @@ class Engine:
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
         self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
-        for o in outputs:
-            if o.finished:
-                del self.requests[o.request_id]
-                self._forget_drafts(o.request_id)
-        return outputs
+        finished = [o for o in outputs if o.finished]
+        for o in finished:
+            del self.requests[o.request_id]
+            self._forget_drafts(o.request_id)
+        return outputs, finished
 
     # -- speculative decoding ------------------------------------------------------
     def _propose_drafts(self) -> None:
@@ -170,9 +174,8 @@ class Engine:
                     pending[i].arrival_time += offset
                     self.add_request(pending[i])
                     i += 1
-                for out in self.step():
-                    if out.finished:
-                        finals[out.request_id] = out
-                        bar.update(1)
+                for out in self._step()[1]:
+                    finals[out.request_id] = out
+                    bar.update(1)
         self.check_idle()
         return finals

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from forge.kvcache.base import KVUsage
-from forge.outputs import RequestOutput, SchedulerOutput
+from forge.outputs import RequestOutput, SchedulerOutput, StepTotals
 from forge.request import Request
 
 
@@ -60,11 +60,11 @@ class MetricsRecorder:
         self.requests: dict[str, RequestTimeline] = {}
         self.steps: list[StepRecord] = []
         self.counters: dict[str, int] = {}
+        self._unscheduled: dict[str, RequestTimeline] = {}  # arrived, not yet scheduled
 
     def on_arrival(self, request: Request, t: float) -> None:
-        self.requests[request.request_id] = RequestTimeline(
-            request.request_id, t, request.num_prompt_tokens, request.priority
-        )
+        tl = RequestTimeline(request.request_id, t, request.num_prompt_tokens, request.priority)
+        self.requests[request.request_id] = self._unscheduled[request.request_id] = tl
 
     def on_step(
         self,
@@ -76,15 +76,13 @@ class MetricsRecorder:
         kv: KVUsage,
         num_running: int,
     ) -> None:
-        prefill = drafts = accepted = 0
         timelines = self.requests
-        for s in sched.scheduled:
-            tl = timelines[s.request_id]
-            if tl.first_scheduled_time is None:
-                tl.first_scheduled_time = start
-            if s.start < tl.num_prompt_tokens:
-                prefill += min(s.start + s.num_tokens, tl.num_prompt_tokens) - s.start
-            drafts += s.num_draft_tokens
+        totals = sched.totals or StepTotals.of(sched.scheduled, lambda rid: timelines[rid].num_prompt_tokens)
+        if self._unscheduled:
+            ids = {s.request_id for s in sched.scheduled}
+            for rid in [rid for rid in self._unscheduled if rid in ids]:
+                self._unscheduled.pop(rid).first_scheduled_time = start
+        prefill, drafts, accepted = totals.num_prefill_tokens, totals.num_draft_tokens, 0
         decode = sched.num_batched_tokens - prefill - drafts
         for out in outputs:
             tl = timelines[out.request_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -23,6 +24,47 @@ class ScheduledRequest:
     num_draft_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class StepTotals:
+    """Sums over a step's chunks that the simulated clock and the metrics need. The scheduler folds
+    them in as it schedules, so neither needs a pass over the chunks; ``of`` computes them from the
+    chunks (for a ``SchedulerOutput`` built elsewhere, and as the reference in tests)."""
+
+    num_prefill_tokens: int  # scheduled tokens at prompt positions
+    num_draft_tokens: int
+    num_sampled: int  # rows of logits: one per sampling chunk plus one per draft token
+    sum_seq_lens: int  # sum of start + num_tokens: each chunk's context after the step
+    sum_query_seq: int  # sum of num_tokens * (start + num_tokens)
+    sum_query_sq: int  # sum of num_tokens ** 2
+
+    @classmethod
+    def of(cls, chunks: Sequence[ScheduledRequest], num_prompt_tokens: Callable[[str], int]) -> StepTotals:
+        """``num_prompt_tokens(request_id)``: the prompt length of each chunk's request."""
+        prefill = drafts = sampled = seq = query_seq = query_sq = 0
+        for c in chunks:
+            q, end = c.num_tokens, c.start + c.num_tokens
+            n_prompt = num_prompt_tokens(c.request_id)
+            if c.start < n_prompt:
+                prefill += min(end, n_prompt) - c.start
+            drafts += c.num_draft_tokens
+            sampled += c.sample + c.num_draft_tokens
+            seq += end
+            query_seq += q * end
+            query_sq += q * q
+        return cls(prefill, drafts, sampled, seq, query_seq, query_sq)
+
+    def plus_decodes(self, num_rows: int, sum_seq_lens: int) -> StepTotals:
+        """These totals plus ``num_rows`` one-token sampling chunks at output positions."""
+        return StepTotals(
+            self.num_prefill_tokens,
+            self.num_draft_tokens,
+            self.num_sampled + num_rows,
+            self.sum_seq_lens + sum_seq_lens,
+            self.sum_query_seq + sum_seq_lens,
+            self.sum_query_sq + num_rows,
+        )
+
+
 @dataclass(frozen=True)
 class SchedulerOutput:
     scheduled: list[ScheduledRequest]
@@ -33,6 +75,8 @@ class SchedulerOutput:
     swap_out: list[tuple[int, int]] = field(default_factory=list)  # GPU -> CPU pool
     copy_blocks: list[tuple[int, int]] = field(default_factory=list)  # GPU -> GPU (copy-on-write)
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # CPU pool -> GPU
+    # Sums over ``scheduled`` (the scheduler's output has them; None: consumers compute them).
+    totals: StepTotals | None = None
 
     @property
     def is_empty(self) -> bool:

@@ -4,16 +4,14 @@ speculative drafts and preemption by recompute are all that one mechanism."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from forge.kvcache.base import KVCacheManager
-from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput, StepTotals
 from forge.policies.base import Policy, PolicyContext
 from forge.request import Request, RequestStatus
+from forge.waiting_queue import WaitingQueue
 
 
 @dataclass(frozen=True)
@@ -29,46 +27,27 @@ class SchedulerLimits:
             raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
 
 
-class WaitingQueue:
-    """Policy-ordered queue with O(log n) push/pop and lazy removal."""
+class _Step:
+    """The step being scheduled: its rows and, in the same order, their requests; ``chunks``: the rows
+    not on the plain-decode path (the others are plain decodes), whose sums ``totals`` computes row by row."""
 
-    def __init__(self, policy: Policy) -> None:
-        self._policy = policy
-        self._heap: list[tuple[Any, int, Request]] = []
-        self._counter = itertools.count()
-        self._live: dict[str, Request] = {}
+    __slots__ = ("chunks", "requests", "rows")
 
-    def push(self, request: Request) -> None:
-        heapq.heappush(self._heap, (self._policy.waiting_key(request), next(self._counter), request))
-        self._live[request.request_id] = request
+    def __init__(self) -> None:
+        self.rows: list[ScheduledRequest] = []
+        self.requests: list[Request] = []
+        self.chunks: list[tuple[ScheduledRequest, Request]] = []
 
-    def _drop_dead(self) -> None:
-        while self._heap and self._heap[0][2].request_id not in self._live:
-            heapq.heappop(self._heap)
+    def add_chunk(self, row: ScheduledRequest, request: Request) -> None:
+        self.rows.append(row)
+        self.requests.append(request)
+        self.chunks.append((row, request))
 
-    def peek(self) -> Request | None:
-        self._drop_dead()
-        return self._heap[0][2] if self._heap else None
-
-    def pop(self) -> Request:
-        self._drop_dead()
-        request = heapq.heappop(self._heap)[2]
-        del self._live[request.request_id]
-        return request
-
-    def remove(self, request_id: str) -> Request | None:
-        return self._live.pop(request_id, None)
-
-    def rekey(self) -> None:
-        """Recompute every live request's key (for policies with ``rekey_each_step``)."""
-        self._heap = [(self._policy.waiting_key(r), next(self._counter), r) for r in self._live.values()]
-        heapq.heapify(self._heap)
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __iter__(self) -> Any:
-        return iter(self._live.values())
+    def totals(self, sum_decode_seq_lens: int) -> StepTotals:
+        prompt = {r.request_id: r.num_prompt_tokens for _, r in self.chunks}
+        return StepTotals.of([c for c, _ in self.chunks], prompt.__getitem__).plus_decodes(
+            len(self.rows) - len(self.chunks), sum_decode_seq_lens
+        )
 
 
 class Scheduler:
@@ -83,6 +62,8 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
+        # The last step scheduled and its rows' requests, so ``update`` needs no lookup by id.
+        self._in_flight: tuple[SchedulerOutput, list[Request]] | None = None
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -141,31 +122,34 @@ class Scheduler:
     # -- one step ------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         total = budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
-        scheduled: list[ScheduledRequest] = []
+        step = _Step()
         preempted: list[Request] = []
         if self.policy.rekey_each_step and len(self.waiting):
             self.waiting.rekey()
         if self.policy.waiting_first:
-            budget = self._swap_in(budget, scheduled)
+            budget = self._swap_in(budget, step)
             if not self.swapped:
-                budget = self._admit(budget, scheduled)
-        budget = self._schedule_running(budget, scheduled, preempted)
+                budget = self._admit(budget, step)
+        budget, decode_seq_lens = self._schedule_running(budget, step, preempted)
         if not preempted and not self.policy.waiting_first:
-            budget = self._swap_in(budget, scheduled)
+            budget = self._swap_in(budget, step)
             if not self.swapped:
-                budget = self._admit(budget, scheduled)
+                budget = self._admit(budget, step)
         ops = self.kv.take_block_ops()
-        return SchedulerOutput(
-            scheduled=scheduled,
+        sched = SchedulerOutput(
+            scheduled=step.rows,
             num_batched_tokens=total - budget,
             preempted_ids=[r.request_id for r in preempted],
             num_waiting=len(self.waiting),
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
             swap_in=ops.swap_in,
+            totals=step.totals(decode_seq_lens),
         )
+        self._in_flight = (sched, step.requests)
+        return sched
 
-    def _swap_in(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+    def _swap_in(self, budget: int, step: _Step) -> int:
         """Bring swapped-out requests back, oldest preemption first, each with its next chunk."""
         while self.swapped and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.swapped[0]
@@ -177,43 +161,52 @@ class Scheduler:
             self.running.append(request)
             ok = self._allocate(request, n, request.num_tokens)
             assert ok, "swap_in covered the chunk"
-            scheduled.append(self._scheduled(request, n, request.num_tokens))
+            step.add_chunk(self._scheduled(request, n, request.num_tokens), request)
             budget -= n
         return budget
 
-    def _schedule_running(self, budget: int, scheduled: list[ScheduledRequest], preempted: list[Request]) -> int:
-        swapped_in = {s.request_id for s in scheduled}  # already scheduled this step (waiting-first swap-ins)
+    def _schedule_running(self, budget: int, step: _Step, preempted: list[Request]) -> tuple[int, int]:
+        """Returns the budget left and the summed context lengths (start + 1) of the plain decodes
+        it scheduled (for the step's totals)."""
+        swapped_in = {s.request_id for s in step.rows}  # already scheduled this step (waiting-first swap-ins)
         running = RequestStatus.RUNNING
         kv = self.kv
+        rows, requests = step.rows, step.requests
+        decode_seq_lens = 0
+        tables, bs = kv.decode_tables(), kv.block_size  # tables: where a decode inside a block needs no allocation
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
                 break
             if request.status is not running or (swapped_in and request.request_id in swapped_in):
                 continue
             spec = request.spec_token_ids
-            known = len(request.prompt_token_ids) + len(request.output_token_ids)
-            n = known + len(spec) - request.num_computed_tokens
+            out = request.output_token_ids
+            computed = request.num_computed_tokens
+            known = len(request.prompt_token_ids) + len(out)
+            if computed == known - 1 and out and not spec:
+                # A plain decode (its one new token is its last output token): the fast path.
+                rid = request.request_id
+                table = tables[rid] if computed % bs and tables is not None else kv.allocate_decode(request)
+                if table is not None:
+                    rows.append(ScheduledRequest(rid, computed, 1, [out[-1]], table, True))
+                    requests.append(request)
+                    decode_seq_lens += known
+                    budget -= 1
+                    continue
+            n = known + len(spec) - computed
             if n > budget:
                 n = budget
             if n <= 0:
                 continue
             if spec:
                 n = self._fit_drafts(request, n)
-            end = request.num_computed_tokens + n
-            if not kv.allocate_slots(request, end, end if end < known else known):  # _allocate, inlined
-                n = self._make_room(request, n, known, scheduled, preempted)
+            if not self._allocate(request, n, known):
+                n = self._make_room(request, n, known, step.rows, preempted)
                 if n == 0:  # the request itself was preempted
                     continue
-                end = request.num_computed_tokens + n
-            if n == 1 and not spec and end == known:  # a plain decode: _scheduled, inlined for speed
-                rid = request.request_id
-                out = request.output_token_ids
-                token = out[-1] if out else request.prompt_token_ids[-1]
-                scheduled.append(ScheduledRequest(rid, end - 1, 1, [token], kv.block_table(rid), True))
-            else:
-                scheduled.append(self._scheduled(request, n, known))
+            step.add_chunk(self._scheduled(request, n, known), request)
             budget -= n
-        return budget
+        return budget, decode_seq_lens
 
     def _make_room(
         self, request: Request, n: int, known: int, scheduled: list[ScheduledRequest], preempted: list[Request]
@@ -234,7 +227,7 @@ class Scheduler:
             if self._allocate(request, n, known):
                 return n
 
-    def _admit(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+    def _admit(self, budget: int, step: _Step) -> int:
         while budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.waiting.peek()
             if request is None:
@@ -246,7 +239,7 @@ class Scheduler:
                 break
             n = min(gap, budget)
             if not self._allocate(request, n, request.num_tokens):
-                if not self.running and not scheduled:
+                if not self.running and not step.rows:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
                         f"KV cache of {self.kv.num_blocks} blocks x {self.kv.block_size}: raise kvcache.num_blocks"
@@ -257,7 +250,7 @@ class Scheduler:
             self.waiting.pop()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            scheduled.append(self._scheduled(request, n, request.num_tokens))
+            step.add_chunk(self._scheduled(request, n, request.num_tokens), request)
             budget -= n
         return budget
 
@@ -311,25 +304,44 @@ class Scheduler:
     # -- after the model ran ---------------------------------------------------------
     def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> list[RequestOutput]:
         """Advance computed tokens, append accepted tokens, finish and free requests."""
-        by_id = {r.request_id: r for r in self.running}
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and in_flight[0] is sched:
+            rows: Iterable[tuple[ScheduledRequest, Request]] = zip(sched.scheduled, in_flight[1], strict=True)
+        else:
+            by_id = {r.request_id: r for r in self.running}
+            rows = [(s, by_id[s.request_id]) for s in sched.scheduled if s.request_id in by_id]
         outputs: list[RequestOutput] = []
         finished: list[Request] = []
         sampled = out.sampled_token_ids
         logprobs = out.logprobs
-        for s in sched.scheduled:
-            rid = s.request_id
-            request = by_id.get(rid)
-            if request is None:
+        running, length = RequestStatus.RUNNING, RequestStatus.FINISHED_LENGTH
+        max_model_len = self.limits.max_model_len
+        plain = not self._forks
+        for s, request in rows:
+            if request.status is not running:  # aborted since it was scheduled
                 continue
             request.num_computed_tokens += s.num_tokens
             if not s.sample:
                 continue
+            rid = s.request_id
             accepted = sampled[rid]
-            if len(accepted) == 1 and not s.num_draft_tokens and request.constraint is None and not self._forks:
-                token = accepted[0]  # one plain new token: _accept, inlined for speed
-                request.output_token_ids.append(token)
+            if plain and len(accepted) == 1 and not s.num_draft_tokens and request.constraint is None:
+                # One plain new token: _accept and _check_stop, inlined for speed.
+                token = accepted[0]
+                output = request.output_token_ids
+                output.append(token)
                 new = accepted
-                stopped = self._check_stop(request, token, eos_token_ids)
+                params = request.sampling_params
+                if (not params.ignore_eos and token in eos_token_ids) or (
+                    params.stop_token_ids and token in params.stop_token_ids
+                ):
+                    request.status = RequestStatus.FINISHED_STOPPED
+                    stopped = True
+                elif len(output) >= params.max_tokens or len(output) + len(request.prompt_token_ids) >= max_model_len:
+                    request.status = length
+                    stopped = True
+                else:
+                    stopped = False
             else:
                 new, stopped = self._accept(request, s, accepted, eos_token_ids)
             if stopped:
@@ -344,7 +356,7 @@ class Scheduler:
                     request.status.value if stopped else None,
                     "",
                     request.num_cached_tokens,
-                    logprobs[rid][: len(new)] if rid in logprobs else None,
+                    logprobs[rid][: len(new)] if logprobs and rid in logprobs else None,
                 )
             )
         if finished:

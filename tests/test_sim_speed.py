@@ -1,9 +1,11 @@
 """The fast paths of simulated runs give exactly what the general paths give: the synthetic model's
 host-only forward (vs. ForwardBatch tensors + sampling), the paged cache's per-request usage count
-(vs. a per-block count), and the metrics' vectorised percentiles."""
+(vs. a per-block count), the scheduler's step totals (vs. sums over the chunks, for the clock and the
+metrics), and the metrics' vectorised percentiles."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from forge.build import build_engine, workload_requests
+from forge.clock import BatchShape
 from forge.config import compose_config
 from forge.engine import Engine
 from forge.kernels.torch_backend import TorchBackend
@@ -18,7 +21,7 @@ from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.metrics import percentiles
 from forge.models.synthetic import SyntheticModel
-from forge.outputs import ScheduledRequest, SchedulerOutput
+from forge.outputs import ScheduledRequest, SchedulerOutput, StepTotals
 from forge.request import Request
 from forge.runner import build_forward_batch
 
@@ -127,3 +130,29 @@ def test_percentiles_skip_missing_values() -> None:
     assert got["mean_x_ms"] == float(arr.mean() * 1e3)
     assert got["p90_x_ms"] == float(np.percentile(arr, 90) * 1e3)
     assert percentiles([None, math.nan], "x") == {} and percentiles([], "x") == {}
+
+
+@pytest.mark.parametrize("case", ["greedy", "ngram-drafts", "forks+prefix", "shared-prefix", "order5-bs4", "swap"])
+def test_step_totals_match_the_chunks(case: str) -> None:
+    cfg = compose_config([*BASE, *CASES[case]])
+    engine = build_engine(cfg)
+    steps: list[SchedulerOutput] = []
+    schedule = engine.scheduler.schedule
+
+    def recording() -> SchedulerOutput:
+        sched = schedule()
+        steps.append(sched)
+        return sched
+
+    engine.scheduler.schedule = recording  # type: ignore[method-assign]
+    engine.run(workload_requests(cfg, engine))
+    prompt = {rid: tl.num_prompt_tokens for rid, tl in engine.recorder.requests.items()}
+    cost = engine.clock.cost_model  # type: ignore[attr-defined]
+    decodes = 0
+    for sched in steps:
+        assert sched.totals == StepTotals.of(sched.scheduled, prompt.__getitem__)
+        assert sched.num_batched_tokens == sum(s.num_tokens for s in sched.scheduled)
+        expected = cost.step_time(BatchShape.of(sched))
+        assert cost.step_time_of(sched) == expected == cost.step_time_of(dataclasses.replace(sched, totals=None))
+        decodes += sum(s.num_tokens == 1 and s.start >= prompt[s.request_id] for s in sched.scheduled)
+    assert len(steps) > 50 and decodes > 500

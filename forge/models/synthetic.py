@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import struct
 from collections.abc import Sequence
 
 import torch
@@ -56,6 +57,8 @@ class SyntheticModel(Model):
         self.dims: ModelDims = model_dims(dims)
         self.device = torch.device(device)
         self.host_only = self.device.type == "cpu"
+        # ``order`` consecutive int64 KV slots as a tuple, from a byte offset in the cache's host view
+        self._unpack_context = struct.Struct(f"={order}q").unpack_from
 
     def next_token(self, context: tuple[int, ...], position: int) -> int:
         gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
@@ -113,18 +116,24 @@ class SyntheticModel(Model):
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of ``scheduled``; so this equals write-all-then-read.
         seed, threshold, span, back = self.seed, self.threshold, _LAST - _FIRST, self.order - 1
+        unpack, seed_key = self._unpack_context, (self.seed,)
         tokens: list[int] = []
+        sampled = tokens.append
         for s in scheduled:
             table = s.block_table
             p = s.start
-            if s.num_tokens == 1:  # a decode, inlined: this is a simulated run's whole model cost
+            if s.num_tokens == 1:  # a decode, inlined (next_token too): this is a simulated run's whole model cost
                 off = p % bs
                 slot = table[p // bs] * bs + off
-                k[slot] = v[slot] = s.token_ids[0]
+                k[slot] = v[slot] = token = s.token_ids[0]
                 if s.sample:
-                    ctx = tuple(k[slot - back : slot + 1]) if off >= back else self._context(k, table, bs, p)
-                    gate = hash((seed, -1, p, ctx[-1])) & 0xFFFFFFFF
-                    tokens.append(_FIRST + hash((seed, *ctx) if gate < threshold else (seed, p, *ctx)) % span)
+                    if off < back:  # the context spans blocks
+                        sampled(self.next_token(self._context(k, table, bs, p), p))
+                    elif hash((seed, -1, p, token)) & 0xFFFFFFFF < threshold:  # the gate (token: the last in ctx)
+                        sampled(_FIRST + hash(seed_key + unpack(k, 8 * (slot - back))) % span)
+                    else:
+                        key = (seed, p) + unpack(k, 8 * (slot - back))  # noqa: RUF005 (faster than unpacking)
+                        sampled(_FIRST + hash(key) % span)
                 continue
             for tok in s.token_ids:
                 slot = table[p // bs] * bs + p % bs
