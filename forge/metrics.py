@@ -134,7 +134,8 @@ class MetricsRecorder:
             dtype=float,
             count=int(ends[-1]) if len(tls) else 0,
         )
-        gaps = np.diff(times).tolist()  # gaps[i] = times[i + 1] - times[i]; a request's ITLs are its inner gaps
+        gaps = np.diff(times)  # gaps[i] = times[i + 1] - times[i]; a request's ITLs are its inner gaps
+        bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
         has = lens > 0
         first, last = np.full(len(tls), np.nan), np.full(len(tls), np.nan)
         first[has], last[has] = times[starts[has]], times[ends[has] - 1]
@@ -160,9 +161,9 @@ class MetricsRecorder:
                 "ttft": first - arrival,
                 "e2e": finish - arrival,
                 "tpot": tpot,
-                "itl": [
-                    gaps[a : b - 1] if b - a > 1 else [] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-                ],
+                # float64 arrays (views of ``gaps``), as a parquet list column reads back: several times
+                # faster to write than Python lists
+                "itl": [gaps[a : b - 1] if b - a > 1 else gaps[:0] for a, b in bounds],
             }
         )
 
@@ -192,7 +193,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, i
     duration = max(end - start, 1e-12)
     n_in = int(requests["num_prompt_tokens"].sum())
     n_out = int(requests["num_output_tokens"].sum())
-    itl = np.fromiter(itertools.chain.from_iterable(requests["itl"]), dtype=float)
+    parts = [np.asarray(x, dtype=float) for x in requests["itl"]]
+    itl = np.concatenate(parts) if parts else np.empty(0)
     summary: dict[str, Any] = {
         "num_requests": len(requests),
         "duration_s": duration,
