@@ -7,6 +7,10 @@ Two vocabularies (``tokenizer.ggml.model``):
   regex...). An unknown ``pre`` is an error rather than a silently different tokenization.
 - ``llama``: SentencePiece BPE with byte fallback; merges recovered from the scores the
   way Hugging Face's converter does, ``▁`` prepended to the text (``add_space_prefix``).
+  Gemma files (``general.architecture`` gemma/gemma2/gemma3) need two fixes, as in
+  transformers' ``gemma_tokenizer``: their runs of spaces are stored as real spaces (spelled
+  back as ``▁``), and their merges rank by position in the vocabulary, not by score. As in
+  llama.cpp, ``<end_of_turn>`` also ends generation there.
 
 Tokens the file types CONTROL become special tokens (skipped on decode); USER_DEFINED
 ones are matched whole but kept on decode. BOS/EOS are added as ``add_bos_token`` /
@@ -50,6 +54,8 @@ PRE_TOKENIZER_SPLITS: dict[str, tuple[str, ...]] = {
     "deepseek-r1-qwen": (_QWEN2_SPLIT,),
 }
 _BOS_BY_DEFAULT = {"llama-bpe", "llama3", "llama-v3", "smaug-bpe", "falcon3"}
+_GEMMA_ARCHITECTURES = {"gemma", "gemma2", "gemma3"}
+_GEMMA_END_OF_TURN = "<end_of_turn>"
 
 
 class GGUFTokenizerError(ValueError):
@@ -90,10 +96,12 @@ def sentencepiece_merges(tokens: Sequence[str], scores: Sequence[float]) -> list
     return [(left, right) for left, right, _ in ranked]
 
 
-def _sentencepiece(meta: Mapping[str, Any], tokens: Sequence[str]) -> Backend:
+def _sentencepiece(meta: Mapping[str, Any], tokens: Sequence[str], gemma: bool) -> Backend:
     scores = meta.get("tokenizer.ggml.scores")
     if not scores:
         raise GGUFTokenizerError("SentencePiece vocabulary without tokenizer.ggml.scores")
+    if gemma:  # Gemma's scores do not follow its merge order; the order of the vocabulary does
+        scores = [-float(i) for i in range(len(tokens))]
     unk_id = meta.get("tokenizer.ggml.unknown_token_id")
     unk = tokens[unk_id] if isinstance(unk_id, int) else None
     vocab = {tok: i for i, tok in enumerate(tokens)}
@@ -117,14 +125,17 @@ def _sentencepiece(meta: Mapping[str, Any], tokens: Sequence[str]) -> Backend:
 def tokenizer_from_gguf(meta: Mapping[str, Any]) -> HFTokenizer:
     """The tokenizer described by a GGUF file's ``tokenizer.*`` metadata."""
     kind = meta.get("tokenizer.ggml.model")
-    tokens = meta.get("tokenizer.ggml.tokens")
+    tokens: Any = meta.get("tokenizer.ggml.tokens")
     if not tokens:
         raise GGUFTokenizerError("metadata lacks tokenizer.ggml.tokens")
+    gemma = kind == "llama" and meta.get("general.architecture") in _GEMMA_ARCHITECTURES
+    if gemma:  # runs of spaces are stored as spaces; the vocabulary spells them with ▁
+        tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
     if kind == "gpt2":
         backend = _byte_level(meta, tokens)
         add_bos_default = meta.get("tokenizer.ggml.pre") in _BOS_BY_DEFAULT
     elif kind == "llama":
-        backend = _sentencepiece(meta, tokens)
+        backend = _sentencepiece(meta, tokens, gemma)
         add_bos_default = True
     else:
         raise GGUFTokenizerError(f"tokenizer.ggml.model {kind!r} is not supported (supported: gpt2, llama)")
@@ -151,6 +162,8 @@ def tokenizer_from_gguf(meta: Mapping[str, Any]) -> HFTokenizer:
     eot_id = meta.get("tokenizer.ggml.eot_token_id")  # end of turn (Llama-3 <|eot_id|>)
     if isinstance(eot_id, int):
         eos_ids.add(eot_id)
+    elif gemma and _GEMMA_END_OF_TURN in tokens:
+        eos_ids.add(tokens.index(_GEMMA_END_OF_TURN))
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)) and isinstance(bos_id, int)
     add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and isinstance(eos_id, int)
     backend.post_processor = special_tokens_processor(

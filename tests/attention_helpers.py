@@ -7,17 +7,21 @@ import torch
 from forge.kernels.base import AttentionMetadata
 
 
-def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [n, h, d] are the last n positions of k, v [L, kvh, d]."""
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+) -> torch.Tensor:
+    """q [n, h, d] are the last n positions of k, v [L, kvh, d]; with ``window`` each attends to
+    its own position and the ``window - 1`` before it."""
     n, h, _ = q.shape
     length, kvh, _ = k.shape
     out = torch.empty_like(q)
     for i in range(n):
         pos = length - n + i
+        lo = 0 if window is None else max(0, pos + 1 - window)
         for head in range(h):
             kh = head // (h // kvh)
-            s = (k[: pos + 1, kh] @ q[i, head]) * scale
-            out[i, head] = torch.softmax(s, 0) @ v[: pos + 1, kh]
+            s = (k[lo : pos + 1, kh] @ q[i, head]) * scale
+            out[i, head] = torch.softmax(s, 0) @ v[lo : pos + 1, kh]
     return out
 
 
@@ -31,10 +35,12 @@ def paged_batch(
     q_dtype: torch.dtype = torch.float32,
     seed: int = 0,
     scale: float = 0.3,
+    window: int | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], AttentionMetadata, torch.Tensor]:
     """Requests of ``(context before, new tokens)`` over random K/V in shuffled blocks of ``bs``:
     ``(queries, (k_cache, v_cache), metadata, reference)``, the reference computed densely in
-    float64 from the cache's own values. The new tokens' K/V are already in the cache."""
+    float64 from the cache's own values (attending to the last ``window`` positions when given).
+    The new tokens' K/V are already in the cache."""
     gen = torch.Generator().manual_seed(seed)
     nblocks = sum(-(-(c + n) // bs) for c, n in shapes) + 3
     kv = (torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
@@ -49,7 +55,7 @@ def paged_batch(
         v_all = kv[1][table].flatten(0, 1)[:length].double()
         q = torch.randn(n, h, d, generator=gen).to(q_dtype)
         qs.append(q)
-        refs.append(dense_attention(q.double(), k_all, v_all, scale))
+        refs.append(dense_attention(q.double(), k_all, v_all, scale, window))
         slots += [table[p // bs] * bs + p % bs for p in range(ctx, length)]
     width = max(map(len, tables))
     starts = [0]

@@ -47,6 +47,20 @@ def test_cpu_attention_matches_dense(batch: str, bs: int, h: int, kvh: int, d: i
 
 
 @needs_native
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize("window", [1, 5, 16, 300])
+@pytest.mark.parametrize(("bs", "h", "kvh", "d"), [(4, 6, 2, 8), (16, 4, 1, 64)])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_cpu_windowed_attention_matches_dense(
+    batch: str, window: int, bs: int, h: int, kvh: int, d: int, kv_dtype: torch.dtype
+) -> None:
+    """Sliding windows of one token, cutting inside a block, a block wide, wider than every context."""
+    q, kv, meta, ref = paged_batch(BATCHES[batch], bs, h, kvh, d, kv_dtype, window=window)
+    out = CpuBackend().attention(q, kv, meta, 0.3, window=window)
+    torch.testing.assert_close(out.double(), ref, atol=2e-6, rtol=2e-5)
+
+
+@needs_native
 def test_decode_row_does_not_depend_on_the_batch() -> None:
     """A request's decode output is bit-identical alone and among others (fixed reduction order),
     whether the kernel splits the batch by request (many) or by KV head (few)."""
@@ -57,6 +71,11 @@ def test_decode_row_does_not_depend_on_the_batch() -> None:
         one = slice(i, i + 1)
         alone = native.paged_decode_attention(q[one], *kv, meta.block_tables[one], meta.seq_lens[one], 0.125)
         assert torch.equal(alone[0], together[i])
+    windowed = native.paged_decode_attention(q, *kv, meta.block_tables, meta.seq_lens, 0.125, 37)
+    for i in range(len(shapes)):
+        one = slice(i, i + 1)
+        alone = native.paged_decode_attention(q[one], *kv, meta.block_tables[one], meta.seq_lens[one], 0.125, 37)
+        assert torch.equal(alone[0], windowed[i])
 
 
 @needs_native
@@ -66,6 +85,8 @@ def test_kernel_rejects_what_it_cannot_read() -> None:
         native.paged_decode_attention(q.double(), *kv, meta.block_tables, meta.seq_lens, 1.0)
     with pytest.raises(ValueError, match="shapes"):
         native.paged_decode_attention(q[:, :, :4], *kv, meta.block_tables, meta.seq_lens, 1.0)
+    with pytest.raises(ValueError, match="window"):
+        native.paged_decode_attention(q, *kv, meta.block_tables, meta.seq_lens, 1.0, 0)
 
 
 @needs_native

@@ -19,6 +19,26 @@ def test_paged_attention_matches_dense(batch: str) -> None:
     torch.testing.assert_close(TorchBackend("cpu").attention(q, kv, meta, 0.3), ref)
 
 
+# Sliding windows: one token (its own), cutting into most contexts, equal to a context, wider than all.
+@pytest.mark.parametrize("window", [1, 3, 7, 40])
+@pytest.mark.parametrize("batch", sorted(BATCHES))
+def test_windowed_attention_matches_dense(batch: str, window: int) -> None:
+    q, kv, meta, ref = paged_batch(BATCHES[batch], 4, 6, 2, 8, torch.float64, torch.float64, window=window)
+    torch.testing.assert_close(TorchBackend("cpu").attention(q, kv, meta, 0.3, window=window), ref)
+
+
+def test_window_changes_what_is_attended_and_must_be_positive() -> None:
+    shapes = BATCHES["mixed"]
+    q, kv, meta, full = paged_batch(shapes, 4, 6, 2, 8, torch.float64, torch.float64)
+    _, _, _, cut = paged_batch(shapes, 4, 6, 2, 8, torch.float64, torch.float64, window=3)
+    backend = TorchBackend("cpu")
+    out = backend.attention(q, kv, meta, 0.3, window=3)
+    torch.testing.assert_close(out, cut)
+    assert not torch.allclose(out, full)
+    with pytest.raises(ValueError, match="window"):
+        backend.attention(q, kv, meta, 0.3, window=0)
+
+
 def test_write_kv_places_rows_at_slots() -> None:
     backend = TorchBackend("cpu")
     kv = (torch.zeros(4, 2, 1, 3), torch.zeros(4, 2, 1, 3))
@@ -55,3 +75,10 @@ def test_add_rms_norm_and_silu_mul() -> None:
     torch.testing.assert_close(normed, (x + r) / (x + r).pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * w)
     gu = torch.randn(2, 6)
     torch.testing.assert_close(backend.silu_mul(gu), torch.nn.functional.silu(gu[:, :3]) * gu[:, 3:])
+
+
+def test_gelu_tanh_mul() -> None:
+    gu = torch.randn(2, 6)
+    gate, up = gu[:, :3], gu[:, 3:]
+    tanh_gelu = 0.5 * gate * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (gate + 0.044715 * gate**3)))
+    torch.testing.assert_close(TorchBackend("cpu").gelu_tanh_mul(gu), tanh_gelu * up)

@@ -96,9 +96,14 @@ class KernelBackend(ABC):
         """Store ``key``/``value`` ``[T, kv_heads, head_dim]`` at flat slots ``slot_mapping [T]``."""
 
     @abstractmethod
-    def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attention(
+        self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
+    ) -> torch.Tensor:
         """Causal attention of ``query [T, heads, head_dim]`` over each request's cached context
-        (its new tokens already written). GQA when heads > kv_heads. Returns ``[T, heads, head_dim]``."""
+        (its new tokens already written). GQA when heads > kv_heads. Returns ``[T, heads, head_dim]``.
+
+        ``window`` (sliding-window attention): the query at position p attends only to positions
+        ``p - window + 1 .. p`` (its own and the ``window - 1`` before it); None attends to all."""
 
     @abstractmethod
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
@@ -119,6 +124,12 @@ class KernelBackend(ABC):
     @abstractmethod
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` for ``gate_up = [gate | up]`` along the last dim."""
+
+    def gelu_tanh_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``gelu(gate) * up`` (GELU's tanh approximation) for ``gate_up = [gate | up]`` along the last
+        dim (GeGLU). Plain torch here, on the tensors' device; backends may override."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
 
     @abstractmethod
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

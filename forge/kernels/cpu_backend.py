@@ -1,7 +1,8 @@
 """The CPU backend: TorchBackend's ops, with decode attention on forge's own C kernel.
 
 Decode rows (one query token per request) attend through ``forge.kernels.cpu.native``'s paged
-kernel, which reads each request's K/V in place through its block table; TorchBackend instead
+kernel, which reads each request's K/V in place through its block table (from the first position a
+sliding window lets it see); TorchBackend instead
 gathers every context into a padded copy before ``scaled_dot_product_attention``, which at
 large batches moves several times the KV bytes. Rows of more than one token (prefill chunks,
 speculative verification) keep TorchBackend's path. The kernel reads float32 or bfloat16 K/V
@@ -36,11 +37,17 @@ class CpuBackend(TorchBackend):
             raise RuntimeError(f"backend=cpu cannot build its C kernels here: {exc}. Use backend=torch.") from exc
 
     def decode_attention(
-        self, q: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, idx: torch.Tensor | None, scale: float
+        self,
+        q: torch.Tensor,
+        kv: KVLayer,
+        meta: AttentionMetadata,
+        idx: torch.Tensor | None,
+        scale: float,
+        window: int | None = None,
     ) -> torch.Tensor:
         k_cache, v_cache = kv
         if q.dtype != torch.float32 or k_cache.dtype not in native.KV_DTYPES:
-            return super().decode_attention(q, kv, meta, idx, scale)
+            return super().decode_attention(q, kv, meta, idx, scale, window)
         tables = meta.block_tables if idx is None else meta.block_tables.index_select(0, idx)
         seq_lens = meta.seq_lens if idx is None else meta.seq_lens.index_select(0, idx)
-        return native.paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, scale)
+        return native.paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, scale, window)

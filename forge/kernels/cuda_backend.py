@@ -83,7 +83,14 @@ class CudaBackend(KernelBackend):
         self.ops.reshape_and_cache(key, value, k_cache, v_cache, slot_mapping)
 
     # -- attention --------------------------------------------------------------------------
-    def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attention(
+        self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
+    ) -> torch.Tensor:
+        if window is not None:
+            raise NotImplementedError(
+                "backend=cuda has no sliding-window attention kernel yet (models with windowed layers, such as "
+                "Gemma-3, need backend=torch or backend=cpu)"
+            )
         k_cache, v_cache = kv
         q = _kv_layout(query.to(k_cache.dtype))
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

@@ -36,9 +36,13 @@ class TorchBackend(KernelBackend):
         k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key)
         v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, value)
 
-    def attention(self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def attention(
+        self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
+    ) -> torch.Tensor:
+        if window is not None and window < 1:
+            raise ValueError(f"attention window must be >= 1, got {window}")
         if query.shape[0] == meta.num_seqs:  # a pure decode step: one query row per request, in order
-            return self.decode_attention(query, kv, meta, None, scale)
+            return self.decode_attention(query, kv, meta, None, scale, window)
         out = torch.empty_like(query)
         single = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
         multi = [i for i, n in enumerate(meta.query_lens_cpu) if n > 1]
@@ -46,19 +50,26 @@ class TorchBackend(KernelBackend):
         if single:
             rows = torch.tensor([starts[i] for i in single], device=query.device)
             idx = torch.tensor(single, device=query.device)
-            out[rows] = self.decode_attention(query[rows], kv, meta, idx, scale)
+            out[rows] = self.decode_attention(query[rows], kv, meta, idx, scale, window)
         for i in multi:
             s, e = starts[i], starts[i + 1]
             k, v = gather_context(kv, meta.block_tables[i], meta.seq_lens_cpu[i])
-            out[s:e] = _causal_attention(query[s:e], k, v, scale)
+            out[s:e] = _causal_attention(query[s:e], k, v, scale, window)
         return out
 
     def decode_attention(
-        self, q: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, idx: torch.Tensor | None, scale: float
+        self,
+        q: torch.Tensor,
+        kv: KVLayer,
+        meta: AttentionMetadata,
+        idx: torch.Tensor | None,
+        scale: float,
+        window: int | None = None,
     ) -> torch.Tensor:
         """Attention of ``q [len(idx), heads, head_dim]``, one query token for each of the requests
-        ``idx`` of ``meta`` (all of them, in order, when None), over their cached contexts. Here: all
-        at once over contexts gathered from the cache and padded to the longest."""
+        ``idx`` of ``meta`` (all of them, in order, when None), over their cached contexts (the last
+        ``window`` tokens of each when given). Here: all at once over contexts gathered from the
+        cache and padded to the longest."""
         k_cache, v_cache = kv
         block_size = k_cache.shape[1]
         lens = meta.seq_lens_cpu if idx is None else [meta.seq_lens_cpu[i] for i in idx.tolist()]
@@ -74,13 +85,18 @@ class TorchBackend(KernelBackend):
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
         if b == 1:  # batch-1 decode: two small batched matmuls over the KV heads beat SDPA's fixed cost
-            scores = torch.bmm(q.reshape(kvh, h // kvh, d), k[0].permute(1, 2, 0))  # [kvh, group, L]
+            first = max(0, max_len - window) if window is not None else 0
+            k0, v0 = k[0, first:], v[0, first:]
+            scores = torch.bmm(q.reshape(kvh, h // kvh, d), k0.permute(1, 2, 0))  # [kvh, group, L]
             probs = torch.softmax(scores.mul_(scale), dim=-1)
-            return torch.bmm(probs, v[0].transpose(0, 1)).view(1, h, d)
+            return torch.bmm(probs, v0.transpose(0, 1)).view(1, h, d)
         mask = None
-        if min(lens) < max_len:
+        if min(lens) < max_len or (window is not None and window < max_len):
             seq_lens = meta.seq_lens if idx is None else meta.seq_lens[idx]
-            mask = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None]
+            pos = torch.arange(max_len, device=q.device)[None, :]
+            mask = pos < seq_lens[:, None]
+            if window is not None:
+                mask &= pos >= seq_lens[:, None] - window
             mask = mask[:, None, None, :]
         out = F.scaled_dot_product_attention(
             q[:, :, None], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale, enable_gqa=True
@@ -126,13 +142,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (halves * cos + halves.flip(-2) * sin).flatten(-2)
 
 
-def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """``q [n, h, d]`` are the last n of ``k, v [L, kvh, d]``'s positions."""
+def _causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None
+) -> torch.Tensor:
+    """``q [n, h, d]`` are the last n of ``k, v [L, kvh, d]``'s positions; each attends to the
+    positions up to its own (only the last ``window`` of them when given)."""
     n, length = q.shape[0], k.shape[0]
+    if window is not None and window >= length:
+        window = None  # no query can see past the window
     mask = None
-    if n < length:  # a chunk after a cached prefix: query i sits at position length - n + i
+    if n < length or window is not None:  # query i sits at position length - n + i
         q_pos = torch.arange(length - n, length, device=q.device)[:, None]
-        mask = torch.arange(length, device=q.device)[None, :] <= q_pos
+        kv_pos = torch.arange(length, device=q.device)[None, :]
+        mask = kv_pos <= q_pos
+        if window is not None:
+            mask &= kv_pos > q_pos - window
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1)[None], k.to(q.dtype).transpose(0, 1)[None], v.to(q.dtype).transpose(0, 1)[None],
         attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True,

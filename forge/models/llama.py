@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -68,7 +68,20 @@ class LlamaLayer:
     w_down: LinearWeight
 
 
-def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
+class RopeParams(Protocol):
+    """What a rotary table is built from (a ``LlamaConfig`` is one)."""
+
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def rope_scaling(self) -> dict[str, Any] | None: ...
+    @property
+    def max_position(self) -> int: ...
+
+
+def rope_inv_freq(config: RopeParams) -> torch.Tensor:
     d = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     scaling = config.rope_scaling or {}
@@ -95,7 +108,7 @@ def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
     return inv_freq
 
 
-def rope_cos_sin(config: LlamaConfig, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``[max_position, head_dim]``: cos of each frequency, then sin."""
     t = torch.arange(config.max_position, dtype=torch.float64)
     freqs = torch.outer(t, rope_inv_freq(config))

@@ -96,7 +96,7 @@ def library() -> ctypes.CDLL:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     for name in ("forge_paged_decode_attention_f32", "forge_paged_decode_attention_bf16"):
         fn = getattr(lib, name)
-        fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, ctypes.c_int]
+        fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int]
         fn.restype = ctypes.c_int
     lib.forge_quantize_rows.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_int]
     lib.forge_rescale_int_mm.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_int]
@@ -123,11 +123,13 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention of one query row per request, ``q [B, heads, head_dim]`` float32, over each
-    request's first ``seq_lens[b]`` cached tokens, read in place from ``k_cache``/``v_cache``
-    ``[num_blocks, block_size, kv_heads, head_dim]`` (float32 or bfloat16) through
-    ``block_tables [B, >= blocks needed]``. Returns ``[B, heads, head_dim]`` float32."""
+    request's first ``seq_lens[b]`` cached tokens (only the last ``window`` of them when given),
+    read in place from ``k_cache``/``v_cache`` ``[num_blocks, block_size, kv_heads, head_dim]``
+    (float32 or bfloat16) through ``block_tables [B, >= blocks needed]``. Returns
+    ``[B, heads, head_dim]`` float32."""
     suffix = KV_DTYPES.get(k_cache.dtype)
     if suffix is None or q.dtype != torch.float32 or v_cache.dtype != k_cache.dtype:
         raise TypeError(f"paged_decode_attention: float32 queries over float32/bfloat16 K/V, got "
@@ -139,6 +141,8 @@ def paged_decode_attention(
     if heads % kv_heads or k_cache.shape[3] != head_dim or seq_lens.shape[0] != b:
         raise ValueError(f"paged_decode_attention: shapes q {tuple(q.shape)}, cache {tuple(k_cache.shape)}, "
                          f"seq_lens {tuple(seq_lens.shape)} do not fit")
+    if window is not None and window < 1:
+        raise ValueError(f"paged_decode_attention: window must be >= 1, got {window}")
     q = q.contiguous()
     tables = block_tables.to(torch.int64).contiguous()
     lens = seq_lens.to(torch.int64).contiguous()
@@ -146,7 +150,7 @@ def paged_decode_attention(
     fn = getattr(library(), f"forge_paged_decode_attention_{suffix}")
     failed = fn(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), tables.stride(0),
                 lens.data_ptr(), out.data_ptr(), b, heads, kv_heads, head_dim, k_cache.shape[1], scale,
-                torch.get_num_threads())
+                window or 0, torch.get_num_threads())
     if failed:
         raise MemoryError("paged_decode_attention: out of memory for the score buffers")
     return out

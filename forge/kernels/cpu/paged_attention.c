@@ -6,7 +6,8 @@
  *   k_cache/v_cache [num_blocks, block_size, num_kv_heads, head_dim] float32 or bfloat16
  *   block_tables  [num_seqs, table_stride]                         int64
  *   seq_lens      [num_seqs]                                       int64 (>= 1)
- * Query head j attends with KV head j / (num_heads / num_kv_heads) (GQA).
+ * Query head j attends with KV head j / (num_heads / num_kv_heads) (GQA). With window > 0 (sliding-
+ * window attention) a request attends to its last min(window, seq_len) tokens only; 0 means all.
  *
  * Each K and V row a task needs is read once, for all the query heads that share it, block by
  * block in table order. Scores, softmax and the weighted sum are computed in float32 in a fixed
@@ -27,93 +28,97 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
     return c.f;
 }
 
-/* Attention of the query heads [h0, h1) of request s (a multiple of the group size), reading each
- * block's rows of those heads in order. */
-#define DEFINE_ATTEND(NAME, T, LOAD)                                                                   \
-    static int NAME(const float *q, const T *k_cache, const T *v_cache, const int64_t *table,          \
-                    int64_t len, float *out, int64_t h0, int64_t h1, int64_t num_kv_heads,            \
-                    int64_t group, int64_t head_dim, int64_t block_size, float scale)                 \
-    {                                                                                                 \
-        const int64_t token_stride = num_kv_heads * head_dim;                                         \
-        const int64_t block_stride = block_size * token_stride;                                       \
-        const int64_t heads = h1 - h0;                                                                \
-        if (len <= 0) {                                                                               \
-            memset(out + h0 * head_dim, 0, sizeof(float) * (size_t)(heads * head_dim));               \
-            return 0;                                                                                 \
-        }                                                                                             \
-        float *scores = malloc(sizeof(float) * (size_t)(heads * len));                                \
-        if (scores == NULL) return 1;                                                                 \
-        for (int64_t start = 0; start < len; start += block_size) {                                   \
-            const T *kb = k_cache + table[start / block_size] * block_stride;                         \
-            if (start + block_size < len)                                                             \
-                __builtin_prefetch(k_cache + table[start / block_size + 1] * block_stride);           \
-            const int64_t n = len - start < block_size ? len - start : block_size;                    \
-            for (int64_t i = 0; i < n; ++i) {                                                         \
-                for (int64_t hq = h0; hq < h1; ++hq) {                                                \
-                    const T *k = kb + i * token_stride + (hq / group) * head_dim;                     \
-                    const float *qh = q + hq * head_dim;                                              \
-                    float acc = 0.f;                                                                  \
-                    _Pragma("omp simd reduction(+ : acc)")                                            \
-                    for (int64_t d = 0; d < head_dim; ++d) acc += qh[d] * LOAD(k, d);                 \
-                    scores[(hq - h0) * len + start + i] = acc * scale;                                \
-                }                                                                                     \
-            }                                                                                         \
-        }                                                                                             \
-        for (int64_t hq = h0; hq < h1; ++hq) {                                                        \
-            float *sh = scores + (hq - h0) * len;                                                     \
-            float top = sh[0];                                                                        \
-            for (int64_t i = 1; i < len; ++i) top = sh[i] > top ? sh[i] : top;                        \
-            float sum = 0.f;                                                                          \
-            _Pragma("omp simd reduction(+ : sum)")                                                    \
-            for (int64_t i = 0; i < len; ++i) {                                                       \
-                sh[i] = expf(sh[i] - top);                                                            \
-                sum += sh[i];                                                                         \
-            }                                                                                         \
-            const float inv = 1.f / sum;                                                              \
-            for (int64_t i = 0; i < len; ++i) sh[i] *= inv;                                           \
-            memset(out + hq * head_dim, 0, sizeof(float) * (size_t)head_dim);                         \
-        }                                                                                             \
-        for (int64_t start = 0; start < len; start += block_size) {                                   \
-            const T *vb = v_cache + table[start / block_size] * block_stride;                         \
-            if (start + block_size < len)                                                             \
-                __builtin_prefetch(v_cache + table[start / block_size + 1] * block_stride);           \
-            const int64_t n = len - start < block_size ? len - start : block_size;                    \
-            for (int64_t i = 0; i < n; ++i) {                                                         \
-                for (int64_t hq = h0; hq < h1; ++hq) {                                                \
-                    const T *v = vb + i * token_stride + (hq / group) * head_dim;                     \
-                    const float p = scores[(hq - h0) * len + start + i];                              \
-                    float *oh = out + hq * head_dim;                                                  \
-                    _Pragma("omp simd")                                                               \
-                    for (int64_t d = 0; d < head_dim; ++d) oh[d] += p * LOAD(v, d);                   \
-                }                                                                                     \
-            }                                                                                         \
-        }                                                                                             \
-        free(scores);                                                                                 \
-        return 0;                                                                                     \
+/* Attention of the query heads [h0, h1) of request s (a multiple of the group size) over its positions
+ * [first, len) (all of them unless a window cuts the front off), reading each block's rows of those
+ * heads in order. */
+#define DEFINE_ATTEND(NAME, T, LOAD)                                                               \
+    static int NAME(const float *q, const T *k_cache, const T *v_cache, const int64_t *table,      \
+                    int64_t len, int64_t window, float *out, int64_t h0, int64_t h1,               \
+                    int64_t num_kv_heads, int64_t group, int64_t head_dim, int64_t block_size,     \
+                    float scale)                                                                   \
+    {                                                                                              \
+        const int64_t token_stride = num_kv_heads * head_dim;                                      \
+        const int64_t block_stride = block_size * token_stride;                                    \
+        const int64_t heads = h1 - h0;                                                             \
+        if (len <= 0) {                                                                            \
+            memset(out + h0 * head_dim, 0, sizeof(float) * (size_t)(heads * head_dim));            \
+            return 0;                                                                              \
+        }                                                                                          \
+        const int64_t first = window > 0 && len > window ? len - window : 0;                       \
+        const int64_t count = len - first;                                                         \
+        float *scores = malloc(sizeof(float) * (size_t)(heads * count));                           \
+        if (scores == NULL) return 1;                                                              \
+        for (int64_t start = first - first % block_size; start < len; start += block_size) {       \
+            const T *kb = k_cache + table[start / block_size] * block_stride;                      \
+            if (start + block_size < len)                                                          \
+                __builtin_prefetch(k_cache + table[start / block_size + 1] * block_stride);        \
+            const int64_t n = len - start < block_size ? len - start : block_size;                 \
+            for (int64_t i = start < first ? first - start : 0; i < n; ++i) {                      \
+                for (int64_t hq = h0; hq < h1; ++hq) {                                             \
+                    const T *k = kb + i * token_stride + (hq / group) * head_dim;                  \
+                    const float *qh = q + hq * head_dim;                                           \
+                    float acc = 0.f;                                                               \
+                    _Pragma("omp simd reduction(+ : acc)")                                         \
+                    for (int64_t d = 0; d < head_dim; ++d) acc += qh[d] * LOAD(k, d);              \
+                    scores[(hq - h0) * count + start + i - first] = acc * scale;                   \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t hq = h0; hq < h1; ++hq) {                                                     \
+            float *sh = scores + (hq - h0) * count;                                                \
+            float top = sh[0];                                                                     \
+            for (int64_t i = 1; i < count; ++i) top = sh[i] > top ? sh[i] : top;                   \
+            float sum = 0.f;                                                                       \
+            _Pragma("omp simd reduction(+ : sum)")                                                 \
+            for (int64_t i = 0; i < count; ++i) {                                                  \
+                sh[i] = expf(sh[i] - top);                                                         \
+                sum += sh[i];                                                                      \
+            }                                                                                      \
+            const float inv = 1.f / sum;                                                           \
+            for (int64_t i = 0; i < count; ++i) sh[i] *= inv;                                      \
+            memset(out + hq * head_dim, 0, sizeof(float) * (size_t)head_dim);                      \
+        }                                                                                          \
+        for (int64_t start = first - first % block_size; start < len; start += block_size) {       \
+            const T *vb = v_cache + table[start / block_size] * block_stride;                      \
+            if (start + block_size < len)                                                          \
+                __builtin_prefetch(v_cache + table[start / block_size + 1] * block_stride);        \
+            const int64_t n = len - start < block_size ? len - start : block_size;                 \
+            for (int64_t i = start < first ? first - start : 0; i < n; ++i) {                      \
+                for (int64_t hq = h0; hq < h1; ++hq) {                                             \
+                    const T *v = vb + i * token_stride + (hq / group) * head_dim;                  \
+                    const float p = scores[(hq - h0) * count + start + i - first];                 \
+                    float *oh = out + hq * head_dim;                                               \
+                    _Pragma("omp simd")                                                            \
+                    for (int64_t d = 0; d < head_dim; ++d) oh[d] += p * LOAD(v, d);                \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        free(scores);                                                                              \
+        return 0;                                                                                  \
     }
 
 /* Few requests: one task per (request, KV head) so every thread has work; many: one task per
  * request, which reads each block's rows whole and in order. Either way every query head's
  * result is computed by the same loop, so it does not depend on the batch. */
-#define DEFINE_PAGED_DECODE_ATTENTION(NAME, ATTEND, T)                                                \
-    int NAME(const float *q, const T *k_cache, const T *v_cache, const int64_t *block_tables,         \
-             int64_t table_stride, const int64_t *seq_lens, float *out, int64_t num_seqs,             \
-             int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size,           \
-             float scale, int num_threads)                                                            \
-    {                                                                                                 \
-        const int64_t group = num_heads / num_kv_heads;                                               \
-        const int64_t split = num_seqs < 4 * (int64_t)num_threads ? num_kv_heads : 1;                 \
-        const int64_t per_task = num_heads / split;                                                   \
-        int failed = 0;                                                                               \
+#define DEFINE_PAGED_DECODE_ATTENTION(NAME, ATTEND, T)                                             \
+    int NAME(const float *q, const T *k_cache, const T *v_cache, const int64_t *block_tables,      \
+             int64_t table_stride, const int64_t *seq_lens, float *out, int64_t num_seqs,          \
+             int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size,        \
+             float scale, int64_t window, int num_threads)                                         \
+    {                                                                                              \
+        const int64_t group = num_heads / num_kv_heads;                                            \
+        const int64_t split = num_seqs < 4 * (int64_t)num_threads ? num_kv_heads : 1;              \
+        const int64_t per_task = num_heads / split;                                                \
+        int failed = 0;                                                                            \
         _Pragma("omp parallel for schedule(dynamic, 1) num_threads(num_threads) reduction(| : failed)") \
-        for (int64_t task = 0; task < num_seqs * split; ++task) {                                     \
-            const int64_t s = task / split, h0 = (task % split) * per_task;                           \
-            failed |= ATTEND(q + s * num_heads * head_dim, k_cache, v_cache,                          \
-                             block_tables + s * table_stride, seq_lens[s],                            \
-                             out + s * num_heads * head_dim, h0, h0 + per_task, num_kv_heads, group,  \
-                             head_dim, block_size, scale);                                            \
-        }                                                                                             \
-        return failed;                                                                                \
+        for (int64_t task = 0; task < num_seqs * split; ++task) {                                  \
+            const int64_t s = task / split, h0 = (task % split) * per_task;                        \
+            failed |= ATTEND(q + s * num_heads * head_dim, k_cache, v_cache,                       \
+                             block_tables + s * table_stride, seq_lens[s], window,                 \
+                             out + s * num_heads * head_dim, h0, h0 + per_task, num_kv_heads, group, \
+                             head_dim, block_size, scale);                                         \
+        }                                                                                          \
+        return failed;                                                                             \
     }
 
 DEFINE_ATTEND(attend_f32, float, load_f32)
