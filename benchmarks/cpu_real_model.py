@@ -44,6 +44,7 @@ VARIANTS = {
     "int8-kvbf16": ["model.weights=int8", "backend=cpu", "engine.kv_cache_dtype=bfloat16"],
     "int4": ["model.weights=int4", "backend=cpu"],
 }
+DEFAULT_REPORT = Path("reports/cpu/README.md")
 DEFAULT_VARIANTS = ["fp32", "fp32-cpu", "int8-torch", "int8", "int4"]
 
 
@@ -133,7 +134,10 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "",
         f"Command: `python -m benchmarks.cpu_real_model --requests {args.requests} --prompt-len {args.prompt_len} "
         f"--output-len {args.output_len} --threads {args.threads} --batch1-repeats {args.batch1_repeats} "
-        f"--variants {' '.join(args.variants)}`",
+        f"--variants {' '.join(args.variants)}"
+        + (f" --skip {' '.join(args.skip)}" if args.skip else "")
+        + (f" --report {args.report}" if args.report != DEFAULT_REPORT else "")
+        + "`",
         f"Machine: {machine()}; load average at start {args.load_at_start}",
         f"Commit: {commit()}",
         "",
@@ -185,7 +189,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, choices=sorted(VARIANTS),
                         help="forge configurations to measure (VARIANTS in this file)")
     parser.add_argument("--skip", nargs="*", default=[], help="peers to leave out: transformers llama.cpp")
-    parser.add_argument("--report", type=Path, default=Path("reports/cpu/README.md"))
+    parser.add_argument("--report", type=Path, default=DEFAULT_REPORT)
     parser.add_argument("--batch1-repeats", type=int, default=3, help="batch-1 figure: median of this many runs")
     args = parser.parse_args()
     args.load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
