@@ -17,6 +17,7 @@ from forge.request import Request
 from forge.runner import ModelRunner
 from forge.scheduler import Scheduler
 from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
+from forge.step_outputs import StepOutputs
 from forge.tokenizer import Tokenizer
 
 
@@ -81,9 +82,9 @@ class Engine:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> list[RequestOutput]:
-        return self._step()[0]
+        return self._step()[0].outputs
 
-    def _step(self) -> tuple[list[RequestOutput], list[RequestOutput]]:
+    def _step(self) -> tuple[StepOutputs, list[RequestOutput]]:
         """One step: its outputs, and those of them that finished."""
         self.clock.step_started()
         start = self.clock.now()
@@ -91,7 +92,7 @@ class Engine:
             self._propose_drafts()
         sched = self.scheduler.schedule()
         if sched.is_empty:
-            return [], []
+            return StepOutputs(), []
         out = self.runner.execute(sched, self.requests, self._draft_probs)
         if self.drafter is not None:  # drafts come only from the drafter
             self._record_verification(sched, out)
@@ -99,7 +100,7 @@ class Engine:
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
         self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
-        finished = [o for o in outputs if o.finished]
+        finished = outputs.finished
         for o in finished:
             del self.requests[o.request_id]
             self._forget_drafts(o.request_id)
@@ -123,7 +124,7 @@ class Engine:
                 self._draft_probs.pop(rid, None)
 
     def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
-        for s in sched.scheduled:
+        for s in sched.chunks:  # the decodes have no drafts
             if s.sample and s.num_draft_tokens:
                 accepted = len(out.sampled_token_ids[s.request_id]) - 1
                 self.spec_stats.record(s.num_draft_tokens, accepted)

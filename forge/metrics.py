@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any
@@ -13,6 +14,7 @@ import pandas as pd
 from forge.kvcache.base import KVUsage
 from forge.outputs import RequestOutput, SchedulerOutput, StepTotals
 from forge.request import Request
+from forge.step_outputs import StepOutputs
 
 
 @dataclass
@@ -69,7 +71,7 @@ class MetricsRecorder:
     def on_step(
         self,
         sched: SchedulerOutput,
-        outputs: list[RequestOutput],
+        outputs: Sequence[RequestOutput],
         requests: dict[str, Request],
         start: float,
         end: float,
@@ -79,11 +81,25 @@ class MetricsRecorder:
         timelines = self.requests
         totals = sched.totals or StepTotals.of(sched.scheduled, lambda rid: timelines[rid].num_prompt_tokens)
         if self._unscheduled:
-            ids = {s.request_id for s in sched.scheduled}
-            for rid in [rid for rid in self._unscheduled if rid in ids]:
-                self._unscheduled.pop(rid).first_scheduled_time = start
+            pending = self._unscheduled
+            ids = itertools.chain(sched.decodes.request_ids, [s.request_id for s in sched.chunks])
+            for rid in list(filter(pending.__contains__, ids)):
+                pending.pop(rid).first_scheduled_time = start
         prefill, drafts, accepted = totals.num_prefill_tokens, totals.num_draft_tokens, 0
         decode = sched.num_batched_tokens - prefill - drafts
+        if isinstance(outputs, StepOutputs):  # the plain decodes' outputs are their requests (one new token each)
+            for r in outputs.decoded:
+                tl = timelines[r.request_id]
+                tl.token_times.append(end)
+                tl.num_output_tokens = len(r.output_token_ids)
+                if r.num_cached_tokens > tl.num_cached_tokens:
+                    tl.num_cached_tokens = r.num_cached_tokens
+            for r in outputs.finished_decodes:
+                tl = timelines[r.request_id]
+                tl.finish_time = end
+                tl.finish_reason = r.status.value
+                tl.num_preemptions = requests[r.request_id].num_preemptions
+            outputs = outputs.others
         for out in outputs:
             tl = timelines[out.request_id]
             n_new = len(out.new_token_ids)
@@ -104,7 +120,7 @@ class MetricsRecorder:
                 step=len(self.steps),
                 start_time=start,
                 end_time=end,
-                num_seqs=len(sched.scheduled),
+                num_seqs=sched.num_rows,
                 num_tokens=sched.num_batched_tokens,
                 num_prefill_tokens=prefill,
                 num_decode_tokens=decode,

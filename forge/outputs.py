@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(slots=True)
@@ -22,6 +23,30 @@ class ScheduledRequest:
     block_table: list[int]
     sample: bool
     num_draft_tokens: int = 0
+
+
+@dataclass(slots=True)
+class DecodeRows:
+    """Plain decodes, column-wise (as vLLM's ``CachedRequestData``): row i computes one token,
+    ``token_ids[i]`` (its request's last output token), at position ``starts[i]`` through
+    ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives."""
+
+    request_ids: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    block_tables: list[list[int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def rows(self) -> list[ScheduledRequest]:
+        """The same rows as ``ScheduledRequest`` objects."""
+        return [
+            ScheduledRequest(rid, start, 1, [token], table, True)
+            for rid, start, token, table in zip(
+                self.request_ids, self.starts, self.token_ids, self.block_tables, strict=True
+            )
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +92,11 @@ class StepTotals:
 
 @dataclass(frozen=True)
 class SchedulerOutput:
-    scheduled: list[ScheduledRequest]
+    """One step's rows: ``decodes`` (plain decodes, column-wise) first, then ``chunks``; ``scheduled``
+    is every row in that order as ``ScheduledRequest`` objects (built on first use). Consumers that
+    only need the rows generically read ``scheduled``; the host fast path reads the two parts."""
+
+    chunks: list[ScheduledRequest]
     num_batched_tokens: int
     preempted_ids: list[str] = field(default_factory=list)
     num_waiting: int = 0
@@ -77,18 +106,30 @@ class SchedulerOutput:
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # CPU pool -> GPU
     # Sums over ``scheduled`` (the scheduler's output has them; None: consumers compute them).
     totals: StepTotals | None = None
+    decodes: DecodeRows = field(default_factory=DecodeRows)
+
+    @cached_property
+    def scheduled(self) -> list[ScheduledRequest]:
+        return self.decodes.rows() + self.chunks if self.decodes else self.chunks
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.decodes) + len(self.chunks)
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled
+        return not self.chunks and not self.decodes
 
 
 @dataclass(frozen=True)
 class ModelOutput:
-    """Per request: the accepted tokens this step (one, or several after speculation)."""
+    """Per request: the accepted tokens this step (one, or several after speculation).
+    ``decode_token_ids``, when given, are the tokens of the step's ``decodes`` rows, one each in
+    their order (with no logprobs), and ``sampled_token_ids`` holds only the chunks' requests."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    decode_token_ids: list[int] | None = None
 
 
 @dataclass(slots=True)

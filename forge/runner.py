@@ -114,10 +114,14 @@ class ModelRunner:
         token is its row's argmax: the one-hot column. None: sample the dense logits instead."""
         if logits.value <= 0.0:
             return None
+        for rid in sched.decodes.request_ids:
+            r = requests[rid]
+            if not r.sampling_params.plain_greedy or r.constraint is not None:
+                return None
         sampled: dict[str, list[int]] = {}
         tokens = logits.tokens
-        i = 0
-        for s in sched.scheduled:
+        i = n = len(sched.decodes)
+        for s in sched.chunks:
             if not s.sample:
                 continue
             rid = s.request_id
@@ -126,7 +130,7 @@ class ModelRunner:
                 return None
             sampled[rid] = [tokens[i]]
             i += 1
-        return ModelOutput(sampled)
+        return ModelOutput(sampled, decode_token_ids=tokens[:n] if i > n else tokens)
 
     def request_seed(self, request: Request) -> int:
         seed = request.sampling_params.seed
@@ -143,7 +147,7 @@ class ModelRunner:
         (``draft_probs``: the drafter's distributions, per request, where it has them)."""
         self.apply_block_ops(sched)
         if self.host:
-            host_logits = self.model.forward_host(sched.scheduled, self.block_size, self.kv_caches)
+            host_logits = self.model.forward_host(sched, self.block_size, self.kv_caches)
             greedy = self._host_greedy(sched, requests, host_logits)
             if greedy is not None:
                 return greedy

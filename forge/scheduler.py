@@ -8,9 +8,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from forge.kvcache.base import KVCacheManager
-from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput, StepTotals
+from forge.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.policies.base import Policy, PolicyContext
 from forge.request import Request, RequestStatus
+from forge.step_outputs import StepOutputs
+from forge.step_rows import StepRows
 from forge.waiting_queue import WaitingQueue
 
 
@@ -27,29 +29,6 @@ class SchedulerLimits:
             raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
 
 
-class _Step:
-    """The step being scheduled: its rows and, in the same order, their requests; ``chunks``: the rows
-    not on the plain-decode path (the others are plain decodes), whose sums ``totals`` computes row by row."""
-
-    __slots__ = ("chunks", "requests", "rows")
-
-    def __init__(self) -> None:
-        self.rows: list[ScheduledRequest] = []
-        self.requests: list[Request] = []
-        self.chunks: list[tuple[ScheduledRequest, Request]] = []
-
-    def add_chunk(self, row: ScheduledRequest, request: Request) -> None:
-        self.rows.append(row)
-        self.requests.append(request)
-        self.chunks.append((row, request))
-
-    def totals(self, sum_decode_seq_lens: int) -> StepTotals:
-        prompt = {r.request_id: r.num_prompt_tokens for _, r in self.chunks}
-        return StepTotals.of([c for c, _ in self.chunks], prompt.__getitem__).plus_decodes(
-            len(self.rows) - len(self.chunks), sum_decode_seq_lens
-        )
-
-
 class Scheduler:
     """Owns the waiting queue and the running list; the policy only orders them."""
 
@@ -62,8 +41,8 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
-        # The last step scheduled and its rows' requests, so ``update`` needs no lookup by id.
-        self._in_flight: tuple[SchedulerOutput, list[Request]] | None = None
+        # The last step scheduled and its decodes' and other rows' requests, so ``update`` needs no lookup by id.
+        self._in_flight: tuple[SchedulerOutput, list[Request], list[Request]] | None = None
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -122,7 +101,7 @@ class Scheduler:
     # -- one step ------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         total = budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
-        step = _Step()
+        step = StepRows()
         preempted: list[Request] = []
         if self.policy.rekey_each_step and len(self.waiting):
             self.waiting.rekey()
@@ -137,7 +116,7 @@ class Scheduler:
                 budget = self._admit(budget, step)
         ops = self.kv.take_block_ops()
         sched = SchedulerOutput(
-            scheduled=step.rows,
+            step.rows,
             num_batched_tokens=total - budget,
             preempted_ids=[r.request_id for r in preempted],
             num_waiting=len(self.waiting),
@@ -145,11 +124,12 @@ class Scheduler:
             copy_blocks=ops.copy_blocks,
             swap_in=ops.swap_in,
             totals=step.totals(decode_seq_lens),
+            decodes=step.decodes,
         )
-        self._in_flight = (sched, step.requests)
+        self._in_flight = (sched, step.decode_requests, step.requests)
         return sched
 
-    def _swap_in(self, budget: int, step: _Step) -> int:
+    def _swap_in(self, budget: int, step: StepRows) -> int:
         """Bring swapped-out requests back, oldest preemption first, each with its next chunk."""
         while self.swapped and budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.swapped[0]
@@ -165,13 +145,16 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _schedule_running(self, budget: int, step: _Step, preempted: list[Request]) -> tuple[int, int]:
+    def _schedule_running(self, budget: int, step: StepRows, preempted: list[Request]) -> tuple[int, int]:
         """Returns the budget left and the summed context lengths (start + 1) of the plain decodes
         it scheduled (for the step's totals)."""
         swapped_in = {s.request_id for s in step.rows}  # already scheduled this step (waiting-first swap-ins)
         running = RequestStatus.RUNNING
         kv = self.kv
         rows, requests = step.rows, step.requests
+        d = step.decodes  # plain decodes while no other row precedes them: appended column-wise
+        ids, starts, tokens = d.request_ids.append, d.starts.append, d.token_ids.append
+        decode_tables, decode_requests = d.block_tables.append, step.decode_requests.append
         decode_seq_lens = 0
         tables, bs = kv.decode_tables(), kv.block_size  # tables: where a decode inside a block needs no allocation
         for request in list(self.policy.running_order(self.running)):
@@ -188,8 +171,15 @@ class Scheduler:
                 rid = request.request_id
                 table = tables[rid] if computed % bs and tables is not None else kv.allocate_decode(request)
                 if table is not None:
-                    rows.append(ScheduledRequest(rid, computed, 1, [out[-1]], table, True))
-                    requests.append(request)
+                    if rows:  # after another row: keep the order
+                        rows.append(ScheduledRequest(rid, computed, 1, [out[-1]], table, True))
+                        requests.append(request)
+                    else:
+                        ids(rid)
+                        starts(computed)
+                        tokens(out[-1])
+                        decode_tables(table)
+                        decode_requests(request)
                     decode_seq_lens += known
                     budget -= 1
                     continue
@@ -201,16 +191,14 @@ class Scheduler:
             if spec:
                 n = self._fit_drafts(request, n)
             if not self._allocate(request, n, known):
-                n = self._make_room(request, n, known, step.rows, preempted)
+                n = self._make_room(request, n, known, step, preempted)
                 if n == 0:  # the request itself was preempted
                     continue
             step.add_chunk(self._scheduled(request, n, known), request)
             budget -= n
         return budget, decode_seq_lens
 
-    def _make_room(
-        self, request: Request, n: int, known: int, scheduled: list[ScheduledRequest], preempted: list[Request]
-    ) -> int:
+    def _make_room(self, request: Request, n: int, known: int, step: StepRows, preempted: list[Request]) -> int:
         """Slots for ``n`` tokens of a running request did not fit: drop its drafts, then preempt
         unscheduled requests (the policy picks; possibly this one) until they do. Returns the
         tokens it gets (0: it was preempted)."""
@@ -218,7 +206,7 @@ class Scheduler:
             if request.spec_token_ids:  # drafts never cause a preemption: drop them first
                 n = self._fit_drafts(request, n - len(request.spec_token_ids))
             else:
-                done = {s.request_id for s in scheduled}
+                done = step.request_ids()
                 victim = self.policy.pick_victim([r for r in self.running if r.request_id not in done])
                 self._preempt(victim)
                 preempted.append(victim)
@@ -227,7 +215,7 @@ class Scheduler:
             if self._allocate(request, n, known):
                 return n
 
-    def _admit(self, budget: int, step: _Step) -> int:
+    def _admit(self, budget: int, step: StepRows) -> int:
         while budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.waiting.peek()
             if request is None:
@@ -239,7 +227,7 @@ class Scheduler:
                 break
             n = min(gap, budget)
             if not self._allocate(request, n, request.num_tokens):
-                if not self.running and not step.rows:
+                if not self.running and not step.rows and not step.decodes:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
                         f"KV cache of {self.kv.num_blocks} blocks x {self.kv.block_size}: raise kvcache.num_blocks"
@@ -302,50 +290,66 @@ class Scheduler:
         self.waiting.push(request)
 
     # -- after the model ran ---------------------------------------------------------
-    def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> list[RequestOutput]:
+    def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
         """Advance computed tokens, append accepted tokens, finish and free requests."""
         in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None and in_flight[0] is sched:
-            rows: Iterable[tuple[ScheduledRequest, Request]] = zip(sched.scheduled, in_flight[1], strict=True)
-        else:
+        sampled, tokens = out.sampled_token_ids, out.decode_token_ids
+        decoded: list[Request] = []  # plain decodes whose token came column-wise (``decode_tokens``)
+        decode_tokens: list[int] = []
+        if in_flight is None or in_flight[0] is not sched:
             by_id = {r.request_id: r for r in self.running}
-            rows = [(s, by_id[s.request_id]) for s in sched.scheduled if s.request_id in by_id]
-        outputs: list[RequestOutput] = []
-        finished: list[Request] = []
-        sampled = out.sampled_token_ids
-        logprobs = out.logprobs
+            rows: Iterable[tuple[ScheduledRequest, Request]] = [
+                (s, by_id[s.request_id]) for s in sched.scheduled if s.request_id in by_id
+            ]
+            if tokens is not None:
+                sampled = {**sampled, **{rid: [t] for rid, t in zip(sched.decodes.request_ids, tokens, strict=True)}}
+        elif tokens is not None:
+            decoded, decode_tokens = in_flight[1], tokens
+            rows = zip(sched.chunks, in_flight[2], strict=True)
+        else:
+            rows = zip(sched.scheduled, in_flight[1] + in_flight[2], strict=True)
+        finished: list[Request] = []  # the decodes' first, then the other rows', in row order
         running, length = RequestStatus.RUNNING, RequestStatus.FINISHED_LENGTH
         max_model_len = self.limits.max_model_len
         plain = not self._forks
-        for s, request in rows:
+        gone: list[Request] = []
+        for request, token in zip(decoded, decode_tokens, strict=True):
             if request.status is not running:  # aborted since it was scheduled
+                gone.append(request)
                 continue
-            request.num_computed_tokens += s.num_tokens
-            if not s.sample:
-                continue
-            rid = s.request_id
-            accepted = sampled[rid]
-            if plain and len(accepted) == 1 and not s.num_draft_tokens and request.constraint is None:
+            request.num_computed_tokens += 1
+            if plain and request.constraint is None:
                 # One plain new token: _accept and _check_stop, inlined for speed.
-                token = accepted[0]
                 output = request.output_token_ids
                 output.append(token)
-                new = accepted
                 params = request.sampling_params
                 if (not params.ignore_eos and token in eos_token_ids) or (
                     params.stop_token_ids and token in params.stop_token_ids
                 ):
                     request.status = RequestStatus.FINISHED_STOPPED
-                    stopped = True
+                    finished.append(request)
                 elif len(output) >= params.max_tokens or len(output) + len(request.prompt_token_ids) >= max_model_len:
                     request.status = length
-                    stopped = True
-                else:
-                    stopped = False
-            else:
-                new, stopped = self._accept(request, s, accepted, eos_token_ids)
+                    finished.append(request)
+            elif self._accept(request, 0, [token], eos_token_ids)[1]:
+                finished.append(request)
+        if gone:
+            decoded = [r for r in decoded if r not in gone]
+        finished_decodes = finished[:]
+        outputs: list[RequestOutput] = []
+        logprobs = out.logprobs
+        for s, request in rows:
+            if request.status is not running:
+                continue
+            request.num_computed_tokens += s.num_tokens
+            if not s.sample:
+                continue
+            rid = s.request_id
+            new, stopped = self._accept(request, s.num_draft_tokens, sampled[rid], eos_token_ids)
             if stopped:
                 finished.append(request)
+            status = request.status.value if stopped else None
+            lps = logprobs[rid][: len(new)] if logprobs and rid in logprobs else None
             outputs.append(
                 RequestOutput(
                     rid,
@@ -353,10 +357,10 @@ class Scheduler:
                     request.output_token_ids,
                     new,
                     stopped,
-                    request.status.value if stopped else None,
+                    status,
                     "",
                     request.num_cached_tokens,
-                    logprobs[rid][: len(new)] if logprobs and rid in logprobs else None,
+                    lps,
                 )
             )
         if finished:
@@ -364,15 +368,15 @@ class Scheduler:
                 self.kv.free(request)
             done = {r.request_id for r in finished}
             self.running = [r for r in self.running if r.request_id not in done]
-        return outputs
+        return StepOutputs(decoded, finished_decodes, outputs)
 
     def _accept(
-        self, request: Request, s: ScheduledRequest, accepted: list[int], eos_token_ids: frozenset[int]
+        self, request: Request, num_draft_tokens: int, accepted: list[int], eos_token_ids: frozenset[int]
     ) -> tuple[list[int], bool]:
         """Append the step's accepted tokens (after verified drafts: rejected ones are uncomputed and
         their slots trimmed) until one stops the request; fork its children once its prompt is in.
         Returns the appended tokens and whether the request stopped."""
-        rejected = s.num_draft_tokens - (len(accepted) - 1)
+        rejected = num_draft_tokens - (len(accepted) - 1)
         request.num_computed_tokens -= rejected
         request.spec_token_ids = []
         new: list[int] = []

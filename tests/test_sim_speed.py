@@ -21,7 +21,7 @@ from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.metrics import percentiles
 from forge.models.synthetic import SyntheticModel
-from forge.outputs import ScheduledRequest, SchedulerOutput, StepTotals
+from forge.outputs import DecodeRows, ScheduledRequest, SchedulerOutput, StepTotals
 from forge.request import Request
 from forge.runner import build_forward_batch
 
@@ -56,9 +56,14 @@ def test_host_path_matches_tensor_path(case: str) -> None:
 
 
 def _row(model: SyntheticModel, cache: list, table: list[int], pos: int, token: int) -> int:  # type: ignore[type-arg]
-    """The token sampled after decoding ``token`` at ``pos`` (on a copy of the cache: reads only)."""
+    """The token sampled after decoding ``token`` at ``pos`` (on a copy of the cache: reads only), as a
+    column-wise decode row; the same row as a one-token chunk gives the same token."""
     copy = [(k.clone(), v.clone()) for k, v in cache]
-    return model.forward_host([ScheduledRequest("a", pos, 1, [token], table, True)], 16, copy).tokens[0]
+    decode = SchedulerOutput([], 1, decodes=DecodeRows(["a"], [pos], [token], [table]))
+    chunk = SchedulerOutput([ScheduledRequest("a", pos, 1, [token], table, True)], 1)
+    tokens = [model.forward_host(s, 16, [(k.clone(), v.clone()) for k, v in copy]).tokens[0] for s in (decode, chunk)]
+    assert tokens[0] == tokens[1]
+    return tokens[0]
 
 
 def test_host_path_reads_its_context_from_the_cache() -> None:
@@ -67,7 +72,7 @@ def test_host_path_reads_its_context_from_the_cache() -> None:
     prompt = [40 + (7 * i) % 80 for i in range(48)]
     table = [5, 2, 7]
     cache = backend.allocate_kv_cache(model.kv_spec, 8, 16)
-    model.forward_host([ScheduledRequest("a", 0, 48, prompt, table, False)], 16, cache)
+    model.forward_host(SchedulerOutput([ScheduledRequest("a", 0, 48, prompt, table, False)], 48), 16, cache)
     good = [_row(model, cache, table, p, prompt[p]) for p in range(48)]
     # The tensor path agrees row for row.
     for pos in (0, 1, 2, 15, 16, 17, 47):
@@ -76,7 +81,7 @@ def test_host_path_reads_its_context_from_the_cache() -> None:
         assert int(model.forward(batch, cache, backend).argmax()) == good[pos]
     # A cache that mixes blocks (another request's block in the table) changes the output.
     other = [90 - (3 * i) % 50 for i in range(16)]
-    model.forward_host([ScheduledRequest("b", 0, 16, other, [1], False)], 16, cache)
+    model.forward_host(SchedulerOutput([ScheduledRequest("b", 0, 16, other, [1], False)], 16), 16, cache)
     mixed = [_row(model, cache, [5, 1, 7], p, prompt[p]) for p in range(16, 32)]
     assert sum(a != b for a, b in zip(good[16:32], mixed, strict=True)) > 8
     # A cache that loses its contents changes the output.

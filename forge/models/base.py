@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
-from forge.outputs import ScheduledRequest
+from forge.outputs import SchedulerOutput
 from forge.tokenizer import Tokenizer
 
 
@@ -77,11 +76,11 @@ class Model(ABC):
     cache and the batch.
 
     ``host_only`` models (no tensor arithmetic, e.g. the synthetic model on CPU) also
-    implement ``forward_host``: the same step computed from the scheduled chunks directly,
+    implement ``forward_host``: the same step computed from the scheduled rows directly,
     with no ForwardBatch tensors built. It writes the same KV to the same slots, reads its
     context back from ``kv_caches`` and returns ``OneHotLogits`` whose ``dense()`` equals
-    what ``forward`` returns for ``build_forward_batch(scheduled, block_size)``: the rows
-    are, per sampling chunk in order, one per draft token and one for its last token.
+    what ``forward`` returns for ``build_forward_batch(sched, block_size)``: the rows are, per
+    sampling row of ``sched.scheduled`` in order, one per draft token and one for its last token.
     """
 
     tokenizer: Tokenizer
@@ -95,8 +94,6 @@ class Model(ABC):
     @abstractmethod
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
 
-    def forward_host(
-        self, scheduled: Sequence[ScheduledRequest], block_size: int, kv_caches: list[KVLayer]
-    ) -> OneHotLogits:
+    def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
         """The step without tensors (``host_only`` models only; see the class docstring)."""
         raise NotImplementedError(f"{type(self).__name__} has no host-only forward")

@@ -6,14 +6,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
-from collections.abc import Sequence
 
 import torch
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
 from forge.models.base import ForwardBatch, Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
-from forge.outputs import ScheduledRequest
+from forge.outputs import SchedulerOutput
 from forge.tokenizer import ByteTokenizer
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
@@ -104,9 +103,7 @@ class SyntheticModel(Model):
             tokens.append(self.next_token(ctx, pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, device).dense()
 
-    def forward_host(
-        self, scheduled: Sequence[ScheduledRequest], block_size: int, kv_caches: list[KVLayer]
-    ) -> OneHotLogits:
+    def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
         k_cache, v_cache = kv_caches[0]
         # Host views sharing the cache tensors' memory: each slot is one int64 (1 head x head_dim 1).
         k = k_cache.view(-1).numpy().data
@@ -114,15 +111,28 @@ class SyntheticModel(Model):
         bs = block_size
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
-        # it, and allocation order is the order of ``scheduled``; so this equals write-all-then-read.
+        # it, and allocation order is the order of the rows; so this equals write-all-then-read.
         seed, threshold, span, back = self.seed, self.threshold, _LAST - _FIRST, self.order - 1
         unpack, seed_key = self._unpack_context, (self.seed,)
         tokens: list[int] = []
         sampled = tokens.append
-        for s in scheduled:
+        d = sched.decodes
+        # The plain decodes, column-wise (next_token inlined): this is a simulated run's whole model cost.
+        for p, token, table in zip(d.starts, d.token_ids, d.block_tables, strict=True):
+            off = p % bs
+            slot = table[p // bs] * bs + off
+            k[slot] = v[slot] = token
+            if off < back:  # the context spans blocks
+                sampled(self.next_token(self._context(k, table, bs, p), p))
+            elif hash((seed, -1, p, token)) & 0xFFFFFFFF < threshold:  # the gate (token: the last in ctx)
+                sampled(_FIRST + hash(seed_key + unpack(k, 8 * (slot - back))) % span)
+            else:
+                key = (seed, p) + unpack(k, 8 * (slot - back))  # noqa: RUF005 (faster than unpacking)
+                sampled(_FIRST + hash(key) % span)
+        for s in sched.chunks:
             table = s.block_table
             p = s.start
-            if s.num_tokens == 1:  # a decode, inlined (next_token too): this is a simulated run's whole model cost
+            if s.num_tokens == 1:  # a one-token chunk (a decode after another chunk), inlined as above
                 off = p % bs
                 slot = table[p // bs] * bs + off
                 k[slot] = v[slot] = token = s.token_ids[0]

@@ -7,6 +7,8 @@ copies gauges and cumulative counters after each step. Each app owns its registr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from forge.engine import Engine
@@ -108,7 +110,7 @@ class ServingRecorder(MetricsRecorder):
     def on_step(
         self,
         sched: SchedulerOutput,
-        outputs: list[RequestOutput],
+        outputs: Sequence[RequestOutput],
         requests: dict[str, Request],
         start: float,
         end: float,

@@ -1,0 +1,110 @@
+"""The column-wise plain decodes (``SchedulerOutput.decodes``, ``ModelOutput.decode_token_ids``,
+``StepOutputs``) give what the same rows as ``ScheduledRequest`` objects give."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from forge.build import build_engine, workload_requests
+from forge.config import compose_config
+from forge.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.policies.prefill_first import PrefillFirst
+from forge.step_outputs import StepOutputs
+from tests.sched_helpers import request, scheduler, step
+
+BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=16", "progress=false"]
+
+
+def test_scheduled_is_the_decodes_then_the_chunks() -> None:
+    chunk = ScheduledRequest("c", 0, 3, [1, 2, 3], [4], False)
+    sched = SchedulerOutput([chunk], 5, decodes=DecodeRows(["a", "b"], [7, 9], [11, 12], [[1, 2], [3]]))
+    assert sched.scheduled == [
+        ScheduledRequest("a", 7, 1, [11], [1, 2], True),
+        ScheduledRequest("b", 9, 1, [12], [3], True),
+        chunk,
+    ]
+    assert sched.num_rows == 3 and not sched.is_empty
+    assert SchedulerOutput([], 0).is_empty and SchedulerOutput([chunk], 3).scheduled == [chunk]
+
+
+def test_plain_decodes_are_columnar_until_another_row_precedes_them() -> None:
+    s = scheduler()
+    for rid in ("a", "b"):
+        s.add_request(request(rid, 6, max_tokens=8))
+    step(s)  # both prompts
+    so, _ = step(s)
+    assert so.decodes.request_ids == ["a", "b"] and so.chunks == []
+    assert so.decodes.starts == [6, 6] and [r.start for r in so.scheduled] == [6, 6]
+    # A request still prefilling, ordered first by the policy: the decodes after it keep their order as chunks.
+    s = scheduler(policy=PrefillFirst(), budget=12)
+    for rid, prompt in (("a", [1, 2, 3, 4]), ("b", [5, 6, 7, 8]), ("c", list(range(20, 34)))):
+        s.add_request(request(rid, prompt, max_tokens=8))
+    step(s)
+    so, _ = step(s)
+    assert [r.request_id for r in so.scheduled] == ["c", "a", "b"]
+    assert len(so.decodes) == 0 and [r.num_tokens for r in so.chunks] == [10, 1, 1]
+
+
+def test_update_skips_a_decode_aborted_after_scheduling() -> None:
+    s = scheduler()
+    for rid in ("a", "b", "c"):
+        s.add_request(request(rid, 5, max_tokens=3))
+    step(s)
+    so = s.schedule()
+    assert so.decodes.request_ids == ["a", "b", "c"]
+    s.abort("b")
+    outs = s.update(so, ModelOutput({}, decode_token_ids=[40, 41, 42]), frozenset())
+    assert isinstance(outs, StepOutputs) and len(outs) == 2
+    assert [(o.request_id, o.new_token_ids, o.finished) for o in outs] == [("a", [40], False), ("c", [42], False)]
+    so = s.schedule()
+    outs = s.update(so, ModelOutput({}, decode_token_ids=[50, 52]), frozenset())
+    assert [(o.request_id, o.token_ids, o.finish_reason) for o in outs.finished] == [
+        ("a", [7, 40, 50], "length"),
+        ("c", [7, 42, 52], "length"),
+    ]
+    assert outs.finished == [o for o in outs if o.finished]
+
+
+def test_update_of_an_output_it_did_not_schedule_last() -> None:
+    """``update`` given a SchedulerOutput other than the one ``schedule`` just returned (an equal
+    copy) finds its requests by id, column-wise decode tokens included."""
+    s = scheduler()
+    for rid in ("a", "b"):
+        s.add_request(request(rid, 5, max_tokens=4))
+    step(s)
+    so = s.schedule()
+    outs = s.update(dataclasses.replace(so), ModelOutput({}, decode_token_ids=[40, 41]), frozenset())
+    assert [(o.request_id, o.new_token_ids, o.token_ids) for o in outs] == [("a", [40], [7, 40]), ("b", [41], [7, 41])]
+
+
+def test_step_outputs_views_agree() -> None:
+    done = RequestOutput("x", [1], [2, 3], [3], True, "stop")
+    outs = StepOutputs(others=[RequestOutput("y", [1], [2], [2], False), done])
+    assert outs.finished == [done] and list(outs) == outs.outputs and outs[1] is done and len(outs) == 2
+
+
+@pytest.mark.parametrize(
+    "overrides", [[], ["sampling=random"], ["+sampling.n=2", "kvcache.enable_prefix_caching=true"]]
+)
+def test_engine_steps_match_the_tensor_path(overrides: list[str]) -> None:
+    """Every step's outputs (not only the final ones) equal the tensor path's, which builds each row
+    as a ``ScheduledRequest`` and each output eagerly."""
+    steps = []
+    for host in (True, False):
+        cfg = compose_config([*BASE, *overrides])
+        engine = build_engine(cfg)
+        engine.runner.host = host
+        for r in workload_requests(cfg, engine):
+            engine.add_request(r)
+        outputs = []
+        while engine.has_unfinished():
+            outputs.append(
+                [
+                    (o.request_id, list(o.token_ids), o.new_token_ids, o.finished, o.finish_reason, o.num_cached_tokens)
+                    for o in engine.step()
+                ]
+            )
+        steps.append(outputs)
+    assert steps[0] == steps[1] and len(steps[0]) > 20
