@@ -303,8 +303,9 @@ class Scheduler:
             ]
             if tokens is not None:
                 sampled = {**sampled, **{rid: [t] for rid, t in zip(sched.decodes.request_ids, tokens, strict=True)}}
-        elif tokens is not None:
-            decoded, decode_tokens = in_flight[1], tokens
+        elif tokens is not None or not out.logprobs:  # the decodes column-wise (their outputs carry no logprobs)
+            decoded = in_flight[1]
+            decode_tokens = tokens if tokens is not None else [sampled[r.request_id][0] for r in decoded]
             rows = zip(sched.chunks, in_flight[2], strict=True)
         else:
             rows = zip(sched.scheduled, in_flight[1] + in_flight[2], strict=True)
