@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,6 +25,13 @@ class ModelDims:
     intermediate_size: int
     vocab_size: int
     bytes_per_param: float = 2.0
+
+    @classmethod
+    def of(cls, config: Any, bytes_per_param: float) -> ModelDims:
+        """From a model config that has these fields under the same names (``LlamaConfig``, ``Gemma3Config``)."""
+        c = config
+        return cls(c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                   c.vocab_size, bytes_per_param)
 
     @property
     def num_params(self) -> int:

@@ -138,16 +138,7 @@ class Llama(Model):
             config, torch.float32 if embed.dtype != torch.float64 else embed.dtype, embed.device
         )
         self.kv_spec = KVSpec(config.num_layers, config.num_kv_heads, config.head_dim, embed.dtype)
-        self.dims = ModelDims(
-            num_layers=config.num_layers,
-            hidden_size=config.hidden_size,
-            num_heads=config.num_heads,
-            num_kv_heads=config.num_kv_heads,
-            head_dim=config.head_dim,
-            intermediate_size=config.intermediate_size,
-            vocab_size=config.vocab_size,
-            bytes_per_param=embed.element_size(),
-        )
+        self.dims = ModelDims.of(config, bytes_per_param=embed.element_size())
 
     @classmethod
     def from_state_dict(

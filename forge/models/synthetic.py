@@ -112,13 +112,41 @@ class SyntheticModel(Model):
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
+        tokens: list[int] = []
+        d = sched.decodes
+        self._decode(k, v, bs, d.starts, d.token_ids, d.block_tables, tokens)
+        for s in sched.chunks:
+            table = s.block_table
+            if s.num_tokens == 1 and s.sample:  # a decode after another chunk
+                self._decode(k, v, bs, [s.start], s.token_ids, [table], tokens)
+                continue
+            p = s.start
+            for tok in s.token_ids:
+                slot = table[p // bs] * bs + p % bs
+                k[slot] = v[slot] = tok
+                p += 1
+            if s.sample:
+                end = s.start + s.num_tokens
+                for pos in range(end - 1 - s.num_draft_tokens, end):
+                    tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
+        return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
+
+    def _decode(
+        self,
+        k: memoryview,
+        v: memoryview,
+        bs: int,
+        starts: list[int],
+        token_ids: list[int],
+        tables: list[list[int]],
+        tokens: list[int],
+    ) -> None:
+        """Plain decodes, column-wise: write each row's token at its position and append the token
+        that follows to ``tokens`` (``next_token`` inlined: this is a simulated run's whole model cost)."""
         seed, threshold, span, back = self.seed, self.threshold, _LAST - _FIRST, self.order - 1
         unpack, seed_key = self._unpack_context, (self.seed,)
-        tokens: list[int] = []
         sampled = tokens.append
-        d = sched.decodes
-        # The plain decodes, column-wise (next_token inlined): this is a simulated run's whole model cost.
-        for p, token, table in zip(d.starts, d.token_ids, d.block_tables, strict=True):
+        for p, token, table in zip(starts, token_ids, tables, strict=True):
             off = p % bs
             slot = table[p // bs] * bs + off
             k[slot] = v[slot] = token
@@ -129,31 +157,6 @@ class SyntheticModel(Model):
             else:
                 key = (seed, p) + unpack(k, 8 * (slot - back))  # noqa: RUF005 (faster than unpacking)
                 sampled(_FIRST + hash(key) % span)
-        for s in sched.chunks:
-            table = s.block_table
-            p = s.start
-            if s.num_tokens == 1:  # a one-token chunk (a decode after another chunk), inlined as above
-                off = p % bs
-                slot = table[p // bs] * bs + off
-                k[slot] = v[slot] = token = s.token_ids[0]
-                if s.sample:
-                    if off < back:  # the context spans blocks
-                        sampled(self.next_token(self._context(k, table, bs, p), p))
-                    elif hash((seed, -1, p, token)) & 0xFFFFFFFF < threshold:  # the gate (token: the last in ctx)
-                        sampled(_FIRST + hash(seed_key + unpack(k, 8 * (slot - back))) % span)
-                    else:
-                        key = (seed, p) + unpack(k, 8 * (slot - back))  # noqa: RUF005 (faster than unpacking)
-                        sampled(_FIRST + hash(key) % span)
-                continue
-            for tok in s.token_ids:
-                slot = table[p // bs] * bs + p % bs
-                k[slot] = v[slot] = tok
-                p += 1
-            if s.sample:
-                end = s.start + s.num_tokens
-                for pos in range(end - 1 - s.num_draft_tokens, end):
-                    tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
-        return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
 
     def _context(self, k: memoryview, table: list[int], bs: int, pos: int) -> tuple[int, ...]:
         """The ``order`` tokens ending at ``pos`` (-1 before the sequence), read from the cache's host view."""
