@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from forward_helpers import BLOCK_SIZE, SingleSequence, greedy, prefill_logits
+from hf_reference import load_hf_gguf
 
 from forge.kernels.base import AttentionMetadata
 from forge.models.base import ForwardBatch
@@ -68,12 +69,7 @@ def model(gguf_state: tuple[GGUFFile, dict[str, torch.Tensor]]) -> Gemma3:
 
 @pytest.fixture(scope="module")
 def hf(gguf_path: str) -> tuple[Any, Any]:
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    directory, name = gguf_path.rsplit("/", 1)
-    tok = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    lm = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
-    return tok, lm.eval()
+    return load_hf_gguf(gguf_path)
 
 
 def test_config(model: Gemma3) -> None:

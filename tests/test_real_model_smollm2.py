@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from forward_helpers import greedy, prefill_logits
+from hf_reference import load_hf_gguf
 
 from forge.models.fetch import smollm2_path
 from forge.models.gguf_file import GGUFFile
@@ -50,12 +51,7 @@ def model(gguf_path: str) -> Llama:
 
 @pytest.fixture(scope="module")
 def hf(gguf_path: str) -> tuple[Any, Any]:
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    directory, name = gguf_path.rsplit("/", 1)
-    tok = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    lm = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
-    return tok, lm.eval()
+    return load_hf_gguf(gguf_path)
 
 
 def test_config(model: Llama) -> None:
