@@ -65,14 +65,17 @@ def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
     return dataclasses.replace(model.kv_spec, dtype=getattr(torch, name))
 
 
-def build_kvcache(cfg: DictConfig, model: Model, clock: Clock, max_model_len: int) -> KVCacheManager:
+def build_kvcache(
+    cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int
+) -> KVCacheManager:
+    """The KV manager ``cfg.kvcache`` describes, its pool sized for ``kv_spec`` when ``num_blocks=auto``."""
     kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
     block_size = kv_cfg.get("block_size", 16)
     if not isinstance(block_size, int) or block_size < 1:
         raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
     num_blocks = kv_cfg.pop("num_blocks", "auto")
     if num_blocks == "auto":
-        num_blocks = auto_num_blocks(cfg, kv_spec_for(cfg, model), block_size, clock, max_model_len, model)
+        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model)
     if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
         kv_cfg["max_model_len"] = max_model_len
     if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
@@ -90,7 +93,8 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     max_model_len = min(cfg.engine.max_model_len, model.max_position)
     clock: Clock = make("clock", cfg.clock)
     clock.bind(model.dims)
-    kv = build_kvcache(cfg, model, clock, max_model_len)
+    kv_spec = kv_spec_for(cfg, model)
+    kv = build_kvcache(cfg, model, kv_spec, clock, max_model_len)
     policy: Policy = make("scheduler", cfg.scheduler)
     limits = SchedulerLimits(
         max_num_seqs=cfg.engine.max_num_seqs,
@@ -113,7 +117,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         num_cpu_blocks=kv.num_cpu_blocks,
         max_num_seqs=limits.max_num_seqs,
         max_model_len=max_model_len,
-        kv_spec=kv_spec_for(cfg, model),
+        kv_spec=kv_spec,
     )
     drafter = build_drafter(cfg, backend, model)
     return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)

@@ -310,27 +310,18 @@ class Scheduler:
         else:
             rows = zip(sched.scheduled, in_flight[1] + in_flight[2], strict=True)
         finished: list[Request] = []  # the decodes' first, then the other rows', in row order
-        running, length = RequestStatus.RUNNING, RequestStatus.FINISHED_LENGTH
-        max_model_len = self.limits.max_model_len
+        running = RequestStatus.RUNNING
         plain = not self._forks
+        check_stop = self._check_stop
         gone: list[Request] = []
         for request, token in zip(decoded, decode_tokens, strict=True):
             if request.status is not running:  # aborted since it was scheduled
                 gone.append(request)
                 continue
             request.num_computed_tokens += 1
-            if plain and request.constraint is None:
-                # One plain new token: _accept and _check_stop, inlined for speed.
-                output = request.output_token_ids
-                output.append(token)
-                params = request.sampling_params
-                if (not params.ignore_eos and token in eos_token_ids) or (
-                    params.stop_token_ids and token in params.stop_token_ids
-                ):
-                    request.status = RequestStatus.FINISHED_STOPPED
-                    finished.append(request)
-                elif len(output) >= params.max_tokens or len(output) + len(request.prompt_token_ids) >= max_model_len:
-                    request.status = length
+            if plain and request.constraint is None:  # one plain new token: _accept without its general work
+                request.output_token_ids.append(token)
+                if check_stop(request, token, eos_token_ids):
                     finished.append(request)
             elif self._accept(request, 0, [token], eos_token_ids)[1]:
                 finished.append(request)

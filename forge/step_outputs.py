@@ -50,23 +50,7 @@ class StepOutputs(Sequence[RequestOutput]):
     def outputs(self) -> list[RequestOutput]:
         """Every output, as a list (built once)."""
         if self._outputs is None:
-            stopped = set(map(id, self.finished_decodes))
-            self._outputs = [
-                decode_output(r)
-                if stopped and id(r) in stopped
-                else RequestOutput(
-                    r.request_id,
-                    r.prompt_token_ids,
-                    r.output_token_ids,
-                    r.output_token_ids[-1:],
-                    False,
-                    None,
-                    "",
-                    r.num_cached_tokens,
-                )
-                for r in self.decoded
-            ]
-            self._outputs += self.others
+            self._outputs = [*map(decode_output, self.decoded), *self.others]
         return self._outputs
 
     @property

@@ -220,15 +220,20 @@ def load_gguf(
     weights (``forge.models.fast_weights``: ``same`` keeps ``dtype``; Llama-family only);
     ``max_position`` caps the context length the rope tables are built for (default: the file's).
     """
-    gguf = GGUFFile(path)
-    gguf.check_types()
-    if gguf.architecture == "gemma3":
+    gguf = _open_checked(path)
+    if _check_architecture(gguf, SUPPORTED_ARCHITECTURES) == "gemma3":
         return _load_gemma3(gguf, dtype, device, weights, max_position)
     return _load_llama(gguf, dtype, device, weights, max_position)
 
 
+def _open_checked(path: str) -> GGUFFile:
+    """The file at ``path``, its tensor types checked (a clear error for an unsupported one)."""
+    gguf = GGUFFile(path)
+    gguf.check_types()
+    return gguf
+
+
 def _load_llama(gguf: GGUFFile, dtype: str, device: str, weights: str, max_position: int | None) -> Llama:
-    _check_architecture(gguf, SUPPORTED_ARCHITECTURES)
     config = config_from_gguf(gguf, max_position)
     tokenizer = tokenizer_of(gguf)
     state = state_dict_from_gguf(gguf, config)
@@ -259,9 +264,7 @@ def load_smollm2(
     cache_dir: str | None = None,
 ) -> Llama:
     """SmolLM2-135M-Instruct (Q4_1 GGUF), fetched into the forge cache on first use."""
-    gguf = GGUFFile(str(smollm2_path(cache_dir)))
-    gguf.check_types()
-    return _load_llama(gguf, dtype, device, weights, max_position)
+    return _load_llama(_open_checked(str(smollm2_path(cache_dir))), dtype, device, weights, max_position)
 
 
 def load_gemma3(
@@ -272,4 +275,4 @@ def load_gemma3(
     cache_dir: str | None = None,
 ) -> Gemma3:
     """Gemma-3-270M (Q4_K_M GGUF), fetched into the forge cache on first use."""
-    return _load_gemma3(GGUFFile(str(gemma3_path(cache_dir))), dtype, device, weights, max_position)
+    return _load_gemma3(_open_checked(str(gemma3_path(cache_dir))), dtype, device, weights, max_position)
