@@ -20,9 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
+from forge.build import build_engine
 from forge.config import compose_config
-from forge.server.app import app_from_config
+from forge.server.app import app_from_config, build_app
 from forge.server.background import BackgroundServer
+from forge.server.settings import ServerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"model": "synthetic", "prompt": "hello", "max_tokens": 4}
@@ -192,6 +194,31 @@ def test_openapi_documents_the_error_responses(server: BackgroundServer) -> None
             assert ref.endswith("/ErrorResponse"), (path, status)
     error_fields = schema["components"]["schemas"]["ErrorDetail"]["properties"]
     assert set(error_fields) == {"message", "type", "param", "code"}
+
+
+def test_engine_failures_do_not_leak_library_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = build_engine(compose_config(["model=synthetic"]))
+    library_text = "CUDA error: device-side assert triggered (torch internals)"
+
+    def failing_step() -> list[Any]:
+        raise RuntimeError(library_text)
+
+    def failing_encode(*_: Any, **__: Any) -> list[int]:
+        raise RuntimeError(library_text)
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    monkeypatch.setattr(engine.tokenizer, "encode", failing_encode)
+    with BackgroundServer(build_app(engine, ServerSettings(), model_name="synthetic")) as s:
+        r = httpx.post(s.url + "/tokenize", json={"prompt": "a"})
+        assert error_of(r, 500)["type"] == "internal_error" and "device-side" not in r.text
+        r = httpx.post(s.url + "/v1/completions", json={**GOOD, "prompt": [1, 2], "stream": True})
+        assert r.status_code in (200, 500, 503), r.text
+        assert "device-side" not in r.text and "torch" not in r.text
+        if r.status_code == 200:
+            assert '"error"' in r.text and r.text.rstrip().endswith("data: [DONE]")
+        r = httpx.post(s.url + "/v1/completions", json={**GOOD, "prompt": [1, 2]})
+        assert r.status_code in (500, 503) and "device-side" not in r.text
+        error_of(r, r.status_code)
 
 
 # -- item 8: SIGTERM drains open streams ------------------------------------------------------

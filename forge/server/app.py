@@ -131,9 +131,18 @@ class Generation:
             for rid, c in self.choices.items():
                 self.state.engine.add(c.to_request(rid), self.queue)
                 self.pending.add(rid)
-        except (EngineOverloaded, EngineClosed) as exc:
+        except EngineOverloaded as exc:
             self.close()
             raise APIError(str(exc), 503, "service_unavailable", code="overloaded") from exc
+        except EngineClosed as exc:  # its text may quote the engine's failure: logged, not sent
+            self.close()
+            log.info("request refused: %s", exc)
+            message = (
+                "the server is shutting down"
+                if self.state.draining
+                else "the engine has stopped; the server is not taking requests"
+            )
+            raise APIError(message, 503, "service_unavailable", code="unavailable") from exc
 
     def close(self) -> None:
         for rid in self.pending:
