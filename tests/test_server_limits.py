@@ -175,6 +175,8 @@ def test_routing_and_parse_errors_are_in_openai_shape(server: BackgroundServer) 
     assert "JSON" in err["message"] and "Expecting" not in err["message"]
     for path in ("/health", "/v1/models", "/metrics"):
         assert httpx.head(u + path).status_code == 200, path
+        r = httpx.options(u + path)
+        assert error_of(r, 405)["code"] == "method_not_allowed" and r.headers["allow"] == "GET", path
 
 
 def test_long_model_names_are_cut_in_errors(server: BackgroundServer) -> None:
@@ -192,6 +194,7 @@ def test_openapi_documents_the_error_responses(server: BackgroundServer) -> None
         for status in ("400", "401", "404", "413", "429", "500", "503"):
             ref = responses[status]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/ErrorResponse"), (path, status)
+    assert "application/json" not in schema["paths"]["/health"]["get"]["responses"]["200"].get("content", {})
     error_fields = schema["components"]["schemas"]["ErrorDetail"]["properties"]
     assert set(error_fields) == {"message", "type", "param", "code"}
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -182,6 +182,7 @@ class Generation:
         return sum(len(c.prompt_ids) for c in {c.prompt_index: c for c in self.choices.values()}.values())
 
 
+Endpoint = Callable[..., Any]
 ChunkChoice = Callable[[ChoiceSpec, ChoiceText, Delta], dict[str, Any]]
 FinalChoice = Callable[[ChoiceSpec, Delta], dict[str, Any]]
 
@@ -354,21 +355,24 @@ def build_app(
     app.add_middleware(AccessGuard, state=state)
     install_error_handlers(app)
 
-    def get(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """A GET route that also answers HEAD (the schema lists the GET once)."""
+    def get(path: str, response_class: type[Response] = JSONResponse) -> Callable[[Endpoint], Endpoint]:
+        """A GET route that also answers HEAD (the schema lists the GET only, and a 405's
+        ``Allow`` names it)."""
 
-        def register(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-            app.head(path, include_in_schema=False)(endpoint)
-            return app.get(path)(endpoint)
+        def register(endpoint: Endpoint) -> Endpoint:
+            app.get(path, response_class=response_class)(endpoint)
+            app.head(path, response_class=response_class, include_in_schema=False)(endpoint)
+            return endpoint
 
         return register
 
-    @get("/health")
+    @get("/health", response_class=Response)
     async def health() -> Response:
+        """200 with an empty body while the server takes requests; 503 once draining or failed."""
         ok = state.engine.healthy and not state.draining
         return Response(status_code=200 if ok else 503)
 
-    @get("/metrics")
+    @get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
