@@ -194,6 +194,7 @@ def test_openapi_documents_the_error_responses(server: BackgroundServer) -> None
         for status in ("400", "401", "404", "413", "429", "500", "503"):
             ref = responses[status]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/ErrorResponse"), (path, status)
+        assert "422" not in responses  # validation errors are 400s
     assert "application/json" not in schema["paths"]["/health"]["get"]["responses"]["200"].get("content", {})
     error_fields = schema["components"]["schemas"]["ErrorDetail"]["properties"]
     assert set(error_fields) == {"message", "type", "param", "code"}

@@ -89,7 +89,27 @@ def _http_error(request: Request, exc: HTTPException) -> APIError:
     return APIError(f"request failed ({exc.status_code})", exc.status_code, headers=headers)
 
 
+def document_errors(app: FastAPI) -> None:
+    """The app's OpenAPI schema without FastAPI's 422 entries: validation errors are answered
+    400 in OpenAI's shape (``ERROR_RESPONSES``), never 422."""
+    build_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build_schema()
+            for operation in (op for path in schema.get("paths", {}).values() for op in path.values()):
+                operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    document_errors(app)
+
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc)
