@@ -72,14 +72,19 @@ def _unencodable(value: Any, path: str) -> str | None:
         except UnicodeEncodeError:
             return path
         return None
-    if isinstance(value, dict):
-        items: Any = value.items()
+    if isinstance(value, BaseModel):
+        fields = [(info.alias or name, getattr(value, name)) for name, info in type(value).model_fields.items()]
+        items: Any = [*fields, *(value.model_extra or {}).items()]
+    elif isinstance(value, dict):
+        items = value.items()
     elif isinstance(value, list | tuple):
+        if all(type(x) is int for x in value):  # token ids: no per-item call
+            return None
         items = enumerate(value)
     else:
         return None
     for key, item in items:
-        key_path = _unencodable(key, path) if isinstance(key, str) else None
+        key_path = _unencodable(key, path or "body") if isinstance(key, str) else None
         found = key_path or _unencodable(item, f"{path}.{key}" if path else str(key))
         if found is not None:
             return found
@@ -88,7 +93,7 @@ def _unencodable(value: Any, path: str) -> str | None:
 
 def check_encodable(body: BaseModel) -> None:
     """400 if any text in the body (prompt, messages, stop, schema, ...) is not valid Unicode."""
-    path = _unencodable(body.model_dump(by_alias=True), "")
+    path = _unencodable(body, "")
     if path is not None:
         raise APIError(f"{path} contains text that is not valid Unicode (a lone surrogate)", param=path)
 
