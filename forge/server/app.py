@@ -49,6 +49,7 @@ from forge.server.protocol import (
 from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
 from forge.server.settings import ServerSettings
 from forge.structured.base import StructuredBackend
+from forge.structured.compile_pool import CompilePool
 
 log = logging.getLogger("forge.server")
 _PROTECTED = ("/v1/", "/tokenize", "/detokenize")
@@ -231,7 +232,7 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
         raise APIError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
-    choices = b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
+    choices = await b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -283,7 +284,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    choices = b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
+    choices = await b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -327,8 +328,9 @@ def build_app(
         kv_capacity_tokens=sched.kv.num_blocks * sched.kv.block_size,
         vocab_size=engine.tokenizer.vocab_size,
     )
+    compiler = CompilePool(structured) if structured is not None else None
     builder = RequestBuilder(
-        engine.tokenizer, limits, structured, name, settings.max_n, settings.max_logprobs, settings.max_stop_len
+        engine.tokenizer, limits, compiler, name, settings.max_n, settings.max_logprobs, settings.max_stop_len
     )
     state = ServerState(
         engine=AsyncEngine(engine, metrics, settings.max_waiting),
@@ -343,8 +345,12 @@ def build_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.engine.start()
+        if compiler is not None:
+            compiler.start()
         yield
         await state.engine.shutdown(settings.shutdown_timeout_s)
+        if compiler is not None:
+            compiler.close()
         if state.engine.leak:
             log.error("engine shut down with a leak: %s", state.engine.leak)
 

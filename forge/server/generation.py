@@ -15,7 +15,8 @@ from forge.request import Request
 from forge.sampling_params import SamplingParams
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
-from forge.structured.base import ConstraintSpec, Grammar, GrammarError, StructuredBackend
+from forge.structured.base import ConstraintSpec, Grammar, GrammarError
+from forge.structured.compile_pool import CompileBusy, CompilePool
 from forge.tokenizer import IncrementalDetokenizer, Tokenizer
 
 MAX_CHOICES = 256
@@ -113,7 +114,7 @@ class RequestBuilder:
         self,
         tokenizer: Tokenizer,
         limits: EngineLimits,
-        structured: StructuredBackend | None,
+        structured: CompilePool | None,
         model_name: str,
         max_n: int,
         max_logprobs: int,
@@ -202,7 +203,8 @@ class RequestBuilder:
         if body.stop_token_ids:
             self._check_ids(body.stop_token_ids, "stop_token_ids")
 
-    def grammar(self, body: SamplingFields) -> Grammar | None:
+    async def grammar(self, body: SamplingFields) -> Grammar | None:
+        """The request's grammar, compiled off the event loop within the structured compile budget."""
         specs: list[tuple[str, ConstraintSpec]] = []
         rf = body.response_format
         if rf is not None and rf.type == "json_object":
@@ -223,11 +225,13 @@ class RequestBuilder:
         if self.structured is None:
             raise APIError("structured output is not configured on this server", param=param)
         try:
-            return self.structured.compile(spec)
+            return await self.structured.compile(spec)
         except GrammarError as exc:
             raise APIError(str(exc), param=param) from exc
+        except CompileBusy as exc:
+            raise APIError(str(exc), 503, "service_unavailable", param=param, code="overloaded") from exc
 
-    def choices(
+    async def choices(
         self,
         body: SamplingFields,
         prompts: list[tuple[list[int], str | None]],
@@ -239,7 +243,7 @@ class RequestBuilder:
             raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
-        grammar = self.grammar(body)
+        grammar = await self.grammar(body)
         top_k = body.top_k if body.top_k is not None and body.top_k > 0 else 0
         L = self.limits
         out: list[ChoiceSpec] = []
