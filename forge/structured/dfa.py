@@ -49,7 +49,7 @@ def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
     try:
         return str(build_regex_from_schema(spec.value, None, max_recursion_depth))
     except Exception as exc:  # outlines-core raises its own error types
-        raise GrammarError(f"invalid JSON schema: {exc}") from exc
+        raise GrammarError("the JSON schema is invalid or uses a feature the structured backend does not support") from exc
 
 
 def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> Index:
@@ -60,7 +60,7 @@ def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> In
     try:
         return Index(regex, Vocabulary(eos_token_id, vocab))
     except Exception as exc:
-        raise GrammarError(f"cannot compile regex {regex[:200]!r}: {exc}") from exc
+        raise GrammarError(f"the regex {regex[:64]!r} is invalid or uses an unsupported feature") from exc
 
 
 @dataclass(frozen=True)

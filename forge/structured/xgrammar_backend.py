@@ -150,7 +150,7 @@ class XGrammarBuilder(GrammarBuilder):
         try:
             compiled = self._compiler.compile_regex(regex)
         except Exception as exc:
-            raise GrammarError(f"cannot compile regex {regex[:200]!r}: {exc}") from exc
+            raise GrammarError(f"the regex {regex[:64]!r} is invalid or uses an unsupported feature") from exc
         tables = None
         if self.length_guard:
             tables = build_tables(regex, self.tokens, self.eos_token_ids, max_states, spec.description)
