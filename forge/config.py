@@ -123,8 +123,8 @@ def _check_schema_keys(cfg: DictConfig) -> None:
     adds a key even to a struct config, so the composed config is checked again here."""
     for prefix, node, schema in (("", cfg, ForgeConfig), ("engine.", cfg.engine, EngineConfig)):
         known = [f.name for f in dataclasses.fields(schema)]
-        for key in node:
-            if str(key) not in known and not (prefix == "" and key == "hydra"):
+        for key in map(str, node):
+            if key not in known and not (prefix == "" and key == "hydra"):
                 raise ConfigError(f"{prefix}{key}: not a setting (the settings here are {known})")
 
 
