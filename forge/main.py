@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.build import build_engine, workload_requests
+from forge.build import build_engine, default_sampling, workload_requests
 from forge.config import validate
 from forge.metrics import summarize
 from forge.redact import redact_config
@@ -33,6 +33,7 @@ def git_commit() -> str:
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     validate(cfg)
     engine = build_engine(cfg)
+    default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
     requests = workload_requests(cfg, engine)
     engine.run(requests, progress=cfg.progress)
     rec = engine.recorder
