@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from forge.clock import Clock, SimulatedClock
-from forge.config import ConfigError
+from forge.config import ConfigError, max_model_len_for
 from forge.engine import Engine
 from forge.kernels.base import KernelBackend, KVSpec
 from forge.kvcache.base import KVCacheManager
@@ -90,7 +90,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     backend: KernelBackend = make("backend", cfg.backend)
     if model is None:
         model = make("model", cfg.model, device=str(backend.device))
-    max_model_len = min(cfg.engine.max_model_len, model.max_position)
+    max_model_len = max_model_len_for(cfg, model.max_position)
     clock: Clock = make("clock", cfg.clock)
     clock.bind(model.dims)
     kv_spec = kv_spec_for(cfg, model)
