@@ -49,7 +49,7 @@ def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
     try:
         return str(build_regex_from_schema(spec.value, None, max_recursion_depth))
     except Exception as exc:  # outlines-core raises its own error types
-        raise GrammarError("the JSON schema is invalid or uses a feature the structured backend does not support") from exc
+        raise GrammarError("the JSON schema is invalid or uses a feature forge cannot compile") from exc
 
 
 def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> Index:
