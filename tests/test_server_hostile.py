@@ -177,15 +177,19 @@ def timed(client: httpx.Client, path: str, body: dict[str, Any], timeout: float)
 
 
 def test_long_stop_strings_answer_promptly(live: Live) -> None:
-    """16 stop strings of 100k characters (item 6): refused, or served without stalling the loop
-    (unbounded, the hold-back scan over 2,000 generated characters starves /health for > 2 s)."""
+    """16 stop strings of 100k characters (item 6): refused, or served about as fast as the same
+    request without them and without stalling the loop (unbounded, the hold-back scan over 2,000
+    generated characters makes the request ~3x slower and starves /health)."""
     stops = [chr(0x4E00 + i) * 100_000 for i in range(16)]
-    body = {**cmpl(max_tokens=2000, ignore_eos=True, temperature=0, stop=stops), "stream": True}
+    body = {**cmpl(max_tokens=2000, ignore_eos=True, temperature=0), "stream": True}
     with HealthProbe(live.server.url) as probe:
-        r, took = timed(live.client, CMPL, body, 60)
+        r, took = timed(live.client, CMPL, {**body, "stop": stops}, 90)
     check_answer(r, frozenset({200, 400}), "stop")
-    assert took < 30, took
     assert probe.worst < HEALTH_PROBE_S, probe.latencies
+    if r.status_code == 200:
+        plain, plain_took = timed(live.client, CMPL, body, 90)
+        check_answer(plain, frozenset({200}))
+        assert took < 1.5 * plain_took + 2.0, (took, plain_took)
 
 
 PATHOLOGICAL_GRAMMARS = (

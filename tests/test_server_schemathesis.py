@@ -59,7 +59,7 @@ def numeric_bounds(schema: dict[str, Any], components: dict[str, Any]) -> set[st
     """The bound keywords (minimum, maximum, exclusive...) anywhere in a property's schema."""
     if "$ref" in schema:
         schema = components[schema["$ref"].rsplit("/", 1)[-1]]
-    found = {k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema}
+    found: set[str] = {k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema}
     for key in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(key, []):
             found |= numeric_bounds(sub, components)
