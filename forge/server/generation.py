@@ -61,6 +61,7 @@ def check_model(model: str | None, served: str) -> None:
     back cut to ``MAX_ECHOED_NAME`` characters."""
     if model is not None and model != served:
         shown = model if len(model) <= MAX_ECHOED_NAME else model[:MAX_ECHOED_NAME] + "..."
+        shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate is echoed escaped
         raise APIError(f"The model `{shown}` does not exist.", 404, "NotFoundError", "model", "model_not_found")
 
 
