@@ -56,7 +56,7 @@ def test_mask_restricts_choices() -> None:
     assert sample(logits, [SampleRow(SamplingParams(temperature=0), 0, 0, allowed=allowed)]) == [1]
 
 
-BAD_PARAMS = [
+BAD_PARAMS: list[dict[str, Any]] = [
     {"temperature": 1e-300},
     {"temperature": 1e-45},
     {"temperature": 0.005},
