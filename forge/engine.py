@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import torch
@@ -19,6 +20,8 @@ from forge.scheduler import Scheduler
 from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
 from forge.step_outputs import StepOutputs
 from forge.tokenizer import Tokenizer
+
+log = logging.getLogger("forge.engine")
 
 
 @contextmanager
@@ -82,29 +85,69 @@ class Engine:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> list[RequestOutput]:
-        return self._step()[0].outputs
+        """One step's outputs: one per request that sampled, including the requests that failed
+        this step (``finish_reason="error"``, ``error`` set; see ``_step``)."""
+        outputs, failed, _ = self._step()
+        return outputs.outputs + failed if failed else outputs.outputs
 
-    def _step(self) -> tuple[StepOutputs, list[RequestOutput]]:
-        """One step: its outputs, and those of them that finished."""
+    def _step(self) -> tuple[StepOutputs, list[RequestOutput], list[RequestOutput]]:
+        """One step: the scheduler's outputs, the requests that failed, and every request that
+        finished (failed ones included).
+
+        A failure stays with the requests it concerns: a request whose sampling, constraint or
+        verification raised (``ModelOutput.failed``) is aborted (its KV blocks freed) and finished
+        with the error while the rest of the batch goes on; if the model step itself raises, every
+        request of the step fails that way and the engine continues with the others."""
         self.clock.step_started()
         start = self.clock.now()
         if self.drafter is not None:
             self._propose_drafts()
         sched = self.scheduler.schedule()
         if sched.is_empty:
-            return StepOutputs(), []
-        out = self.runner.execute(sched, self.requests, self._draft_probs)
-        if self.drafter is not None:  # drafts come only from the drafter
-            self._record_verification(sched, out)
-        outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
+            return StepOutputs(), [], []
+        try:
+            out = self.runner.execute(sched, self.requests, self._draft_probs)
+        except Exception as exc:
+            log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
+            reason = f"the model step failed ({type(exc).__name__})"
+            rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
+            outputs, failed = StepOutputs(), self._fail(rows)
+        else:
+            if self.drafter is not None:  # drafts come only from the drafter
+                self._record_verification(sched, out)
+            failed = self._fail(out.failed) if out.failed else []
+            outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
-        self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
-        finished = outputs.finished
+        recorded = [*outputs.outputs, *failed] if failed else outputs
+        self.recorder.on_step(sched, recorded, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
+        finished = outputs.finished + failed if failed else outputs.finished
         for o in finished:
             del self.requests[o.request_id]
             self._forget_drafts(o.request_id)
-        return outputs, finished
+        return outputs, failed, finished
+
+    def _fail(self, errors: Mapping[str, str]) -> list[RequestOutput]:
+        """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
+        blocks; their final outputs (``finish_reason="error"``). They leave ``requests`` with
+        the step's other finished requests."""
+        outputs = []
+        for rid, reason in errors.items():
+            request = self.requests[rid]
+            self.scheduler.abort(rid)
+            outputs.append(
+                RequestOutput(
+                    request_id=rid,
+                    prompt_token_ids=request.prompt_token_ids,
+                    token_ids=list(request.output_token_ids),
+                    new_token_ids=[],
+                    finished=True,
+                    finish_reason="error",
+                    num_cached_tokens=request.num_cached_tokens,
+                    error=reason,
+                )
+            )
+        return outputs
 
     # -- speculative decoding ------------------------------------------------------
     def _propose_drafts(self) -> None:
@@ -125,7 +168,7 @@ class Engine:
 
     def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
         for s in sched.chunks:  # the decodes have no drafts
-            if s.sample and s.num_draft_tokens:
+            if s.sample and s.num_draft_tokens and s.request_id not in out.failed:
                 accepted = len(out.sampled_token_ids[s.request_id]) - 1
                 self.spec_stats.record(s.num_draft_tokens, accepted)
                 self._draft_probs.pop(s.request_id, None)
@@ -175,7 +218,7 @@ class Engine:
                     pending[i].arrival_time += offset
                     self.add_request(pending[i])
                     i += 1
-                for out in self._step()[1]:
+                for out in self._step()[2]:
                     finals[out.request_id] = out
                     bar.update(1)
         self.check_idle()

@@ -125,11 +125,14 @@ class SchedulerOutput:
 class ModelOutput:
     """Per request: the accepted tokens this step (one, or several after speculation).
     ``decode_token_ids``, when given, are the tokens of the step's ``decodes`` rows, one each in
-    their order (with no logprobs), and ``sampled_token_ids`` holds only the chunks' requests."""
+    their order (with no logprobs), and ``sampled_token_ids`` holds only the chunks' requests.
+    ``failed``: requests whose sampling (or constraint, or verification) failed this step, with
+    the reason; they have no tokens here and the engine finishes them with that error."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     decode_token_ids: list[int] | None = None
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -144,3 +147,5 @@ class RequestOutput:
     num_cached_tokens: int = 0
     # per new token: {token id: logprob} of the chosen token and the top-k (when sampling_params.logprobs is set)
     logprobs: list[dict[int, float]] | None = None
+    # why the request failed (finish_reason "error"): its sampling or the model step raised
+    error: str | None = None

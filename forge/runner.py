@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import torch
@@ -11,8 +12,19 @@ from forge.kernels.cuda_graphs import GraphRunner
 from forge.models.base import ForwardBatch, Model, OneHotLogits
 from forge.outputs import ModelOutput, SchedulerOutput
 from forge.request import Request
-from forge.sampling import SampleRow, sample, top_logprobs
+from forge.sampling import SampleRow, SamplingError, request_seed, sample_each, top_logprobs
 from forge.spec.verify import verify_request
+
+log = logging.getLogger("forge.engine")
+
+
+def failure_message(request_id: str, exc: Exception) -> str:
+    """The error a failed request reports: a SamplingError's own words; for anything else only its
+    type (the traceback goes to the log, not to the client)."""
+    if isinstance(exc, SamplingError):
+        return f"request {request_id}: {exc}"
+    log.error("request %s failed while sampling", request_id, exc_info=exc)
+    return f"request {request_id}: sampling failed ({type(exc).__name__})"
 
 
 def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.device) -> ForwardBatch:
@@ -133,8 +145,7 @@ class ModelRunner:
         return ModelOutput(sampled, decode_token_ids=tokens[:n] if i > n else tokens)
 
     def request_seed(self, request: Request) -> int:
-        seed = request.sampling_params.seed
-        return seed if seed is not None else hash((self.seed, request.request_id))
+        return request_seed(request.sampling_params.seed, self.seed, request.request_id)
 
     @torch.inference_mode()
     def execute(
@@ -144,7 +155,11 @@ class ModelRunner:
         draft_probs: Mapping[str, torch.Tensor] | None = None,
     ) -> ModelOutput:
         """Run the batch; sample one token per sampling request, or verify its drafts
-        (``draft_probs``: the drafter's distributions, per request, where it has them)."""
+        (``draft_probs``: the drafter's distributions, per request, where it has them).
+
+        A request whose constraint, sampling or verification raises is reported in
+        ``ModelOutput.failed`` and the others' tokens are unaffected; an exception from the model
+        step itself (or the KV copies) propagates: the step produced nothing."""
         self.apply_block_ops(sched)
         if self.host:
             host_logits = self.model.forward_host(sched, self.block_size, self.kv_caches)
@@ -163,35 +178,47 @@ class ModelRunner:
         row_of: list[int] = []
         sampled: dict[str, list[int]] = {}
         logprobs: dict[str, list[dict[int, float]]] = {}
+        failed: dict[str, str] = {}
         offset = 0
         for s in sched.scheduled:
             if not s.sample:
                 continue
-            r = requests[s.request_id]
-            if s.num_draft_tokens:
-                n = s.num_draft_tokens
-                q = draft_probs.get(s.request_id) if draft_probs is not None else None
-                sampled[s.request_id], lps = verify_request(
-                    logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n], q
-                )
-                if lps is not None:
-                    logprobs[s.request_id] = lps
-                offset += n + 1
-                continue
-            p = r.sampling_params
-            allowed = r.constraint.allowed_mask(logits.shape[-1]) if r.constraint is not None else None
-            if allowed is not None and allowed.device != logits.device:
-                allowed = allowed.to(logits.device)
-            rows.append(
-                SampleRow(p, self.request_seed(r), r.num_tokens, r.prompt_token_ids, r.output_token_ids, allowed)
-            )
-            owners.append(s.request_id)
-            row_of.append(offset)
-            offset += 1
+            rid = s.request_id
+            r = requests[rid]
+            n = s.num_draft_tokens
+            try:  # a failure here (a constraint's mask, verification) is this request's alone
+                if n:
+                    q = draft_probs.get(rid) if draft_probs is not None else None
+                    sampled[rid], lps = verify_request(
+                        logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n], q
+                    )
+                    if lps is not None:
+                        logprobs[rid] = lps
+                else:
+                    allowed = r.constraint.allowed_mask(logits.shape[-1]) if r.constraint is not None else None
+                    if allowed is not None and allowed.device != logits.device:
+                        allowed = allowed.to(logits.device)
+                    rows.append(
+                        SampleRow(
+                            r.sampling_params,
+                            self.request_seed(r),
+                            r.num_tokens,
+                            r.prompt_token_ids,
+                            r.output_token_ids,
+                            allowed,
+                        )
+                    )
+                    owners.append(rid)
+                    row_of.append(offset)
+            except Exception as exc:
+                failed[rid] = failure_message(rid, exc)
+            offset += n + 1
         plain = logits if offset == len(rows) else logits[torch.tensor(row_of, dtype=torch.long, device=logits.device)]
-        tokens = sample(plain, rows)
-        sampled.update({rid: [tok] for rid, tok in zip(owners, tokens, strict=True)})
-        for i, (rid, row) in enumerate(zip(owners, rows, strict=True)):
+        for i, (rid, row, token) in enumerate(zip(owners, rows, sample_each(plain, rows), strict=True)):
+            if isinstance(token, Exception):
+                failed[rid] = failure_message(rid, token)
+                continue
+            sampled[rid] = [token]
             if row.params.logprobs is not None:
-                logprobs[rid] = [top_logprobs(plain[i], tokens[i], row.params.logprobs)]
-        return ModelOutput(sampled, logprobs)
+                logprobs[rid] = [top_logprobs(plain[i], token, row.params.logprobs)]
+        return ModelOutput(sampled, logprobs, failed=failed)

@@ -3,6 +3,7 @@ its request's parameters and history, and the (seed, position) pair — never on
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,11 @@ import torch
 from forge.sampling_params import SamplingParams
 
 _MASK64 = (1 << 63) - 1
+
+
+class SamplingError(RuntimeError):
+    """One row could not be sampled: its scores leave no valid distribution (every token masked,
+    or the model's logits are not finite). The request fails; the rest of the batch does not."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,15 @@ class SampleRow:
     prompt_ids: Sequence[int] = ()
     output_ids: Sequence[int] = ()
     allowed: torch.Tensor | None = None
+
+
+def request_seed(seed: int | None, base_seed: int, request_id: str) -> int:
+    """A request's sampling seed: its own ``seed``, else one derived from the engine's ``base_seed``
+    and its id with a stable hash (the same in every process, unlike ``hash`` of a string)."""
+    if seed is not None:
+        return seed
+    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
+    return hash((base_seed, int.from_bytes(digest, "little")))
 
 
 def row_generator(seed: int, position: int, device: torch.device) -> torch.Generator:
@@ -68,20 +83,37 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return probs / probs.sum()
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token from ``probs`` (a 1-D row); SamplingError if it is not a distribution."""
+    if not bool(torch.isfinite(probs).all()):
+        raise SamplingError("no valid token distribution: every token is masked or the logits are not finite")
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def greedy_token(scores: torch.Tensor) -> int:
+    """The argmax of ``scores``; SamplingError if it is NaN or -inf (every token masked)."""
+    token = int(scores.argmax())
+    best = float(scores[token])
+    if best != best or best == float("-inf"):
+        raise SamplingError("no valid greedy token: every token is masked or the logits are NaN")
+    return token
+
+
 def sample_row(logits: torch.Tensor, row: SampleRow) -> int:
+    """One row's token (raises SamplingError when its scores leave no valid choice)."""
     if row.allowed is not None:
         logits = logits.masked_fill(~row.allowed, float("-inf"))
     if row.params.needs_penalties:
         logits = apply_penalties(logits, row)
     if row.params.greedy:
-        return int(logits.argmax())
+        return greedy_token(logits)
     probs = processed_probs(logits, row.params)
-    g = row_generator(row.seed, row.position, logits.device)
-    return int(torch.multinomial(probs, 1, generator=g))
+    return draw(probs, row_generator(row.seed, row.position, logits.device))
 
 
 def sample(logits: torch.Tensor, rows: list[SampleRow]) -> list[int]:
-    """One token per row of ``logits [len(rows), vocab]``."""
+    """One token per row of ``logits [len(rows), vocab]``; SamplingError if a row (other than a
+    plain greedy one, which takes the argmax) has no valid choice."""
     plain_greedy = [
         i for i, r in enumerate(rows) if r.params.greedy and not r.params.needs_penalties and r.allowed is None
     ]
@@ -95,6 +127,22 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> list[int]:
         if i not in done:
             out[i] = sample_row(logits[i], row)
     return out
+
+
+def sample_each(logits: torch.Tensor, rows: list[SampleRow]) -> Sequence[int | Exception]:
+    """``sample``, but a row that cannot be sampled fails alone: per row, its token (the one
+    ``sample`` gives: a row's token never depends on the batch) or the exception it raised."""
+    try:
+        return sample(logits, rows)
+    except Exception:  # find the failing rows one by one
+        return [_sample_one(logits[i : i + 1], row) for i, row in enumerate(rows)]
+
+
+def _sample_one(logits: torch.Tensor, row: SampleRow) -> int | Exception:
+    try:
+        return sample(logits, [row])[0]
+    except Exception as exc:
+        return exc
 
 
 def top_logprobs(logits: torch.Tensor, token: int, k: int) -> dict[int, float]:

@@ -291,7 +291,8 @@ class Scheduler:
 
     # -- after the model ran ---------------------------------------------------------
     def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
-        """Advance computed tokens, append accepted tokens, finish and free requests."""
+        """Advance computed tokens, append accepted tokens, finish and free requests. Rows of
+        requests aborted since ``schedule`` are skipped (``out.failed``'s have no tokens)."""
         in_flight, self._in_flight = self._in_flight, None
         sampled, tokens = out.sampled_token_ids, out.decode_token_ids
         decoded: list[Request] = []  # plain decodes whose token came column-wise (``decode_tokens``)
@@ -305,6 +306,8 @@ class Scheduler:
                 sampled = {**sampled, **{rid: [t] for rid, t in zip(sched.decodes.request_ids, tokens, strict=True)}}
         elif tokens is not None or not out.logprobs:  # the decodes column-wise (their outputs carry no logprobs)
             decoded = in_flight[1]
+            if out.failed:  # requests whose sampling failed have no token (the engine aborted them)
+                decoded = [r for r in decoded if r.request_id not in out.failed]
             decode_tokens = tokens if tokens is not None else [sampled[r.request_id][0] for r in decoded]
             rows = zip(sched.chunks, in_flight[2], strict=True)
         else:

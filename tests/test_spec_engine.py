@@ -146,3 +146,15 @@ def test_run_offline_reports_speculation(tmp_path: Path) -> None:
     assert summary["total_output_tokens"] == 8 * 64
     assert 0 < summary["spec_acceptance_rate"] < 1
     assert len(summary["spec_acceptance_per_position"]) == 5
+
+
+def test_seeded_sampling_with_ngram_drafts_does_not_depend_on_the_pool() -> None:
+    """A 13-block pool preempts; a seeded sampled request still emits the tokens it emits with the
+    auto-sized pool, and the ones it emits with no drafter at all."""
+    prompts = [f"the cat sat on the mat {i} the cat sat on the mat {i} the cat" for i in range(8)]
+    params = [SamplingParams(max_tokens=24, temperature=0.8, seed=i) for i in range(8)]
+    auto = [o.token_ids for o in LLM("model=tiny", "drafter=ngram").generate(prompts, params)]
+    small = LLM("model=tiny", "drafter=ngram", "kvcache.num_blocks=13")
+    assert [o.token_ids for o in small.generate(prompts, params)] == auto
+    assert small.engine.scheduler.num_preemptions > 0 and small.engine.spec_stats.num_accepted_tokens > 0
+    assert [o.token_ids for o in LLM("model=tiny").generate(prompts, params)] == auto

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from forge.request import Request
-from forge.sampling import SampleRow, apply_penalties, processed_probs, row_generator, top_logprobs
+from forge.sampling import SampleRow, SamplingError, apply_penalties, draw, processed_probs, row_generator, top_logprobs
 
 
 def verify(
@@ -71,6 +71,23 @@ def _row_scores(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
     return logits
 
 
+def _coupled_one_hot(scores: torch.Tensor, rows: Sequence[SampleRow], draft_ids: Sequence[int], seed: int) -> list[int]:
+    """Sampled verification of drafts without a distribution (one-hot ``q``): draw each position's
+    token exactly as ``sample_row`` would (same probabilities, same ``row_generator(seed, position)``),
+    accept the drafts while they equal the draws, and emit the first draw that differs (or the
+    bonus draw). For one-hot ``q`` this is rejection sampling: a draft x is accepted with
+    probability p(x) and a rejection emits p conditioned on "not x", i.e. normalize(max(0, p - q)).
+    Coupled this way, a seeded request's tokens are the ones it samples without drafts, whatever
+    was drafted (so they cannot depend on the pool size, preemption or the drafter's state)."""
+    emitted: list[int] = []
+    for j, (s, row) in enumerate(zip(scores, rows, strict=True)):
+        token = draw(processed_probs(s, row.params), row_generator(seed, row.position, s.device))
+        emitted.append(token)
+        if j == len(draft_ids) or token != draft_ids[j]:
+            break
+    return emitted
+
+
 def verify_request(
     logits: torch.Tensor,
     request: Request,
@@ -83,7 +100,9 @@ def verify_request(
     Row j is processed as the sampler would process the token at position ``num_tokens + j``
     with the drafts before it already in the output (penalties see them), and its random
     draws come from ``row_generator(seed, num_tokens + j)``: the result never depends on the
-    batch. Returns the emitted tokens and, if the request asks for them, their logprobs.
+    batch. Without ``draft_probs`` (one-hot drafts) a sampled request's tokens equal what it
+    samples without drafts (``_coupled_one_hot``). Returns the emitted tokens and, if the
+    request asks for them, their logprobs.
     """
     k = len(draft_ids)
     if logits.shape[0] != k + 1:
@@ -100,17 +119,22 @@ def verify_request(
     ids = torch.tensor([list(draft_ids)], dtype=torch.long, device=logits.device)
     if params.greedy:
         tokens, accepted = verify(ids, scores.unsqueeze(0))
+        emitted = tokens[0, : int(accepted[0]) + 1].tolist()
+    elif draft_probs is None:
+        emitted = _coupled_one_hot(scores, rows, draft_ids, seed)
     else:
         probs = torch.stack([processed_probs(s, params) for s in scores])
+        if not bool(torch.isfinite(probs).all()):
+            raise SamplingError("no valid token distribution: every token is masked or the logits are not finite")
         uniforms = torch.stack(
             [
                 torch.rand(2, generator=row_generator(seed, row.position, logits.device), device=logits.device)
                 for row in rows
             ]
         ).double()
-        q = draft_probs[:k].unsqueeze(0) if draft_probs is not None else None
+        q = draft_probs[:k].unsqueeze(0)
         tokens, accepted = verify(ids, probs.unsqueeze(0), q, uniforms.unsqueeze(0))
-    emitted = tokens[0, : int(accepted[0]) + 1].tolist()
+        emitted = tokens[0, : int(accepted[0]) + 1].tolist()
     if params.logprobs is None:
         return emitted, None
     return emitted, [top_logprobs(logits[j], tok, params.logprobs) for j, tok in enumerate(emitted)]

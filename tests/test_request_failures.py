@@ -1,0 +1,126 @@
+"""A per-request failure stays per-request: a request whose constraint or sampling fails, or the
+requests of a model step that raised, finish with ``finish_reason="error"`` and free their KV
+blocks; the other requests' greedy tokens are unchanged and the engine goes on."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from forge.engine import Engine
+from forge.llm import LLM
+from forge.request import Request
+from forge.sampling_params import SamplingParams
+
+PROMPTS = ["hello there", "the cat sat on the mat", "abcabcabc", "x"]
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
+
+
+class RaisingConstraint:
+    """Allows every token until its ``fail_at``-th mask, which raises."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.calls = itertools.count()
+        self.fail_at = fail_at
+
+    def allowed_mask(self, vocab_size: int) -> torch.Tensor | None:
+        if next(self.calls) == self.fail_at:
+            raise RuntimeError("injected constraint failure")
+        return None
+
+    def accept(self, token: int) -> None:
+        pass
+
+
+class NothingAllowed:
+    """A constraint that masks every token (no valid distribution)."""
+
+    def allowed_mask(self, vocab_size: int) -> torch.Tensor | None:
+        return torch.zeros(vocab_size, dtype=torch.bool)
+
+    def accept(self, token: int) -> None:
+        pass
+
+
+def _requests(llm: LLM, prefix: str) -> list[Request]:
+    return [Request(f"{prefix}{i}", llm.tokenizer.encode(p), GREEDY) for i, p in enumerate(PROMPTS)]
+
+
+def _tokens(engine: Engine, requests: list[Request]) -> list[list[int]]:
+    finals = engine.run(requests)  # checks the engine idle: no KV block, request or draft left
+    return [finals[r.request_id].token_ids for r in requests]
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[list[int]]:
+    llm = LLM("model=tiny")
+    return _tokens(llm.engine, _requests(llm, "ref"))
+
+
+FAULTY: dict[str, Callable[[], Any]] = {
+    "constraint-raises": lambda: RaisingConstraint(fail_at=3),
+    "nothing-allowed": NothingAllowed,
+}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("faulty", sorted(FAULTY))
+def test_a_failing_request_fails_alone(reference: list[list[int]], faulty: str, temperature: float) -> None:
+    llm = LLM("model=tiny")
+    engine = llm.engine
+    bad = Request(
+        "bad",
+        llm.tokenizer.encode("a faulty request"),
+        SamplingParams(max_tokens=12, temperature=temperature, seed=1),
+        constraint=FAULTY[faulty](),
+    )
+    good = _requests(llm, "good")
+    finals = engine.run([good[0], bad, *good[1:]])
+    assert finals["bad"].finished and finals["bad"].finish_reason == "error"
+    assert finals["bad"].error is not None and finals["bad"].error.startswith("request bad: ")
+    assert [finals[r.request_id].token_ids for r in good] == reference
+    assert all(finals[r.request_id].error is None for r in good)
+    assert _tokens(engine, _requests(llm, "after")) == reference  # the engine goes on
+
+
+def test_a_failing_model_step_fails_its_requests_and_the_engine_recovers(
+    reference: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests run at a time; the 4th forward raises: the two in it fail, the others run."""
+    llm = LLM("model=tiny", "engine.max_num_seqs=2")
+    engine = llm.engine
+    model = engine.runner.model
+    forward = model.forward
+    calls = itertools.count()
+
+    def flaky(*args: Any) -> torch.Tensor:
+        if next(calls) == 3:
+            raise RuntimeError("injected forward failure")
+        return forward(*args)
+
+    monkeypatch.setattr(model, "forward", flaky)
+    requests = _requests(llm, "r")
+    finals = engine.run(requests)
+    failed = [r.request_id for r in requests if finals[r.request_id].finish_reason == "error"]
+    assert failed == ["r0", "r1"]
+    assert all(finals[rid].error == "the model step failed (RuntimeError)" for rid in failed)
+    assert [finals[r.request_id].token_ids for r in requests[2:]] == reference[2:]
+    assert _tokens(engine, _requests(llm, "after")) == reference
+
+
+def test_step_reports_the_failed_request() -> None:
+    llm = LLM("model=tiny")
+    engine = llm.engine
+    engine.add_request(Request("bad", [1, 2, 3], GREEDY, constraint=NothingAllowed()))
+    engine.add_request(Request("good", [1, 2, 3], GREEDY))
+    outputs = {o.request_id: o for o in engine.step()}
+    assert outputs["bad"].finish_reason == "error" and outputs["bad"].finished
+    assert outputs["good"].error is None and len(outputs["good"].new_token_ids) == 1
+    assert engine.scheduler.kv.num_held() == 1
+    while engine.has_unfinished():
+        engine.step()
+    engine.check_idle()
