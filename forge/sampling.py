@@ -76,6 +76,7 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     if params.top_p < 1.0:
         sorted_p, order = probs.sort(descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p >= params.top_p
+        drop[0] = False  # the most likely token always stays (a top_p below float32's resolution)
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
     if params.min_p > 0.0:

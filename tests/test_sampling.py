@@ -23,6 +23,8 @@ def test_top_k_top_p_min_p_keep_the_right_tokens() -> None:
     assert (processed_probs(logits, SamplingParams(temperature=1.0, top_k=2)) > 0).tolist() == [1, 1, 0, 0, 0]
     assert (processed_probs(logits, SamplingParams(temperature=1.0, top_p=0.8)) > 0).tolist() == [1, 1, 1, 0, 0]
     assert (processed_probs(logits, SamplingParams(temperature=1.0, min_p=0.3)) > 0).tolist() == [1, 1, 1, 0, 0]
+    tiny_top_p = processed_probs(logits, SamplingParams(temperature=1.0, top_p=1e-300))  # 0 in float32
+    assert tiny_top_p.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
     p = processed_probs(logits, SamplingParams(temperature=1.0))
     torch.testing.assert_close(p, torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]))
 

@@ -158,3 +158,19 @@ def test_seeded_sampling_with_ngram_drafts_does_not_depend_on_the_pool() -> None
     assert [o.token_ids for o in small.generate(prompts, params)] == auto
     assert small.engine.scheduler.num_preemptions > 0 and small.engine.spec_stats.num_accepted_tokens > 0
     assert [o.token_ids for o in LLM("model=tiny").generate(prompts, params)] == auto
+
+
+def test_seeded_sampling_with_a_draft_model_does_not_depend_on_the_pool() -> None:
+    """The draft model draws with the target's generator at each position and verification emits
+    the target's own draws: a seeded request's tokens are the same with a preempting 13-block pool,
+    the auto pool and no drafter, and the coupled drafts are still accepted."""
+    prompts = [f"speculate {i} with a draft model" for i in range(8)]
+    params = [SamplingParams(max_tokens=24, temperature=0.8, seed=i) for i in range(8)]
+    auto = LLM("model=tiny", "drafter=draft_model")
+    tokens = [o.token_ids for o in auto.generate(prompts, params)]
+    small = LLM("model=tiny", "drafter=draft_model", "kvcache.num_blocks=13")
+    assert [o.token_ids for o in small.generate(prompts, params)] == tokens
+    assert small.engine.scheduler.num_preemptions > 0
+    assert [o.token_ids for o in LLM("model=tiny").generate(prompts, params)] == tokens
+    stats = auto.engine.spec_stats
+    assert stats.num_accepted_tokens > 0.5 * stats.num_draft_tokens

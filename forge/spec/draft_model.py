@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ from forge.models.llama import Llama, LlamaConfig, random_state_dict, tiny_confi
 from forge.outputs import ScheduledRequest, SchedulerOutput
 from forge.request import Request
 from forge.runner import build_forward_batch
-from forge.sampling import processed_probs, row_generator
+from forge.sampling import processed_probs, request_seed, row_generator
 from forge.spec.base import Draft, Drafter
 from forge.tokenizer import ByteTokenizer
 
@@ -48,8 +47,12 @@ class DraftModelDrafter(Drafter):
     does not fit gets no draft this step.
 
     Greedy requests get the draft model's argmax (no distribution); sampled requests draw from
-    the draft model's processed distribution ``q`` (temperature, top-k/p, min-p), seeded by
-    (request seed, position) on a stream independent of the target's, and return ``q``.
+    the draft model's processed distribution ``q`` (temperature, top-k/p, min-p) with the very
+    generator the target's sampler uses at that position (``row_generator(request seed,
+    position)``, ``seed`` = the engine's), and return ``q``. Sharing the draw's randomness couples
+    the draft with the target's own draw (``torch.multinomial`` of one sample is an exponential
+    race, so the two agree wherever ``q`` is close to ``p``); verification then emits the target's
+    draws, which never depend on what was drafted.
     """
 
     def __init__(
@@ -76,10 +79,7 @@ class DraftModelDrafter(Drafter):
         return self.model.vocab_size
 
     def _seed(self, request: Request) -> int:
-        base = request.sampling_params.seed
-        if base is None:
-            base = hash((self.seed, zlib.crc32(request.request_id.encode())))
-        return hash((base, _DRAFT_SALT))
+        return request_seed(request.sampling_params.seed, self.seed, request.request_id)
 
     def _sync(self, request: Request) -> int:
         """Cut the cached tokens to the common prefix with the request's; returns how many remain."""
