@@ -93,7 +93,7 @@ class Engine:
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return StepOutputs(), []
-        out = self.runner.execute(sched, self.requests, self._draft_probs)
+        out = self.runner.execute(sched, self._draft_probs)
         if self.drafter is not None:  # drafts come only from the drafter
             self._record_verification(sched, out)
         outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
