@@ -280,21 +280,22 @@ class Scheduler:
                 finished.append(request)
         if skipped:
             decoded, tokens = _without(skipped, decoded, tokens)
-        finished_decodes = finished[:]
-        others = self._update_chunks(sched, out, eos_token_ids, finished)
-        if finished:
-            for request in finished:
+        others, finished_others = self._update_chunks(sched, out, eos_token_ids)
+        stopped = finished + finished_others
+        if stopped:
+            for request in stopped:
                 self.kv.free(request)
-            done = {r.request_id for r in finished}
+            done = {r.request_id for r in stopped}
             self.running = [r for r in self.running if r.request_id not in done]
-        return StepOutputs(decoded, tokens, finished_decodes, others, out.logprobs)
+        return StepOutputs(decoded, tokens, finished, others, out.logprobs)
 
     def _update_chunks(
-        self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int], finished: list[Request]
-    ) -> list[RequestOutput]:
-        """``update`` for the rows other than the column-wise decodes: returns their outputs, one per
-        sampling row; appends the requests that finished to ``finished``."""
+        self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]
+    ) -> tuple[list[RequestOutput], list[Request]]:
+        """``update`` for the rows other than the column-wise decodes: returns their outputs (one per
+        sampling row) and the requests that finished."""
         outputs: list[RequestOutput] = []
+        finished: list[Request] = []
         sampled, logprobs = out.sampled_token_ids, out.logprobs
         for s, request in zip(sched.chunks, sched.chunk_requests, strict=True):
             if request.status is not RequestStatus.RUNNING:
@@ -322,7 +323,7 @@ class Scheduler:
                     lps,
                 )
             )
-        return outputs
+        return outputs, finished
 
     def _accept(
         self, request: Request, accepted: Sequence[int], num_draft_tokens: int, eos_token_ids: frozenset[int]
