@@ -48,7 +48,7 @@ def main() -> None:
             t0 = time.perf_counter()
             sched = engine.scheduler.schedule()
             t1 = time.perf_counter()
-            out = engine.runner.execute(sched, engine.requests)
+            out = engine.runner.execute(sched)
             t2 = time.perf_counter()
             engine.scheduler.update(sched, out, engine.tokenizer.eos_token_ids)
             t3 = time.perf_counter()

@@ -21,6 +21,7 @@ from forge.request import Request
 from forge.runner import ModelRunner
 from forge.sampling_params import SamplingParams
 from forge.scheduler import Scheduler, SchedulerLimits
+from forge.sim_runner import HostModel, SimulationRunner
 from forge.spec.base import Drafter
 from forge.workload import Workload
 
@@ -41,7 +42,7 @@ def auto_num_blocks(
     simulated weights, else ``engine.kv_cache_memory_gib`` of the real KV layout; never more
     than every sequence at full length needs."""
     if isinstance(clock, SimulatedClock):
-        dims = clock.cost_model.dims if hasattr(clock.cost_model, "dims") else model.dims
+        dims = clock.model_dims
         per_token = 2 * dims.num_layers * dims.num_kv_heads * dims.head_dim * dims.bytes_per_param
         budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param
     else:
@@ -65,9 +66,7 @@ def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
     return dataclasses.replace(model.kv_spec, dtype=getattr(torch, name))
 
 
-def build_kvcache(
-    cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int
-) -> KVCacheManager:
+def build_kvcache(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int) -> KVCacheManager:
     """The KV manager ``cfg.kvcache`` describes, its pool sized for ``kv_spec`` when ``num_blocks=auto``."""
     kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
     block_size = kv_cfg.get("block_size", 16)
@@ -108,7 +107,9 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
-    runner = ModelRunner(
+    # A model that can compute on the host, with its cache on the host, runs without batch tensors.
+    host = isinstance(model, HostModel) and backend.device.type == "cpu"
+    runner = (SimulationRunner if host else ModelRunner)(
         model,
         backend,
         kv.num_blocks,

@@ -37,8 +37,15 @@ HARDWARE: dict[str, Hardware] = {
     # This dev machine (AMD EPYC, 2 shared cores), 1 torch thread, fp32, as measured by
     # `python -m forge.calibrate --out reports/calibration/cpu-tiny.csv backend.num_threads=1`
     # (reports/calibration/cpu-tiny.json: GEMM 31.1 GFLOP/s, copy 16.8 GB/s; step overhead = fitted intercept).
-    "cpu": Hardware("AMD EPYC (2 cores, measured)", 31.1e9, 16.8e9, 2.53e+10, step_overhead=3.7e-4,
-                    flops_efficiency=1.0, bw_efficiency=1.0),
+    "cpu": Hardware(
+        "AMD EPYC (2 cores, measured)",
+        31.1e9,
+        16.8e9,
+        2.53e10,
+        step_overhead=3.7e-4,
+        flops_efficiency=1.0,
+        bw_efficiency=1.0,
+    ),
 }
 
 
@@ -70,8 +77,8 @@ class BatchShape:
 
 class CostModel(ABC):
     """Predicted seconds for one engine step. ``step_time_of(sched)`` is what the clock calls: by
-    default ``step_time`` of the step's ``BatchShape``; a model that needs only sums may override it
-    to read the step's ``totals`` instead (same result, no pass over the chunks)."""
+    default ``step_time`` of the step's ``BatchShape``; a model may override it to compute what it
+    needs from the ``SchedulerOutput`` directly (same result as ``step_time``)."""
 
     @abstractmethod
     def step_time(self, batch: BatchShape) -> float: ...
@@ -104,10 +111,25 @@ class RooflineCostModel(CostModel):
         return self._time(sum(q), sum(map(mul, q, s)), sum(map(mul, q, q)), sum(s), batch.num_sampled)
 
     def step_time_of(self, sched: SchedulerOutput) -> float:
-        t = sched.totals
-        if t is None:
-            return super().step_time_of(sched)
-        return self._time(sched.num_batched_tokens, t.sum_query_seq, t.sum_query_sq, t.sum_seq_lens, t.num_sampled)
+        """``step_time`` from sums over the step's rows: the column-wise decodes summed as columns
+        (one token each, context start + 1), no ``BatchShape`` built."""
+        d = sched.decodes
+        num_decodes = len(d)
+        decode_seq = sum(d.starts) + num_decodes
+        seq = query_seq = query_sq = sampled = 0
+        for c in sched.chunks:
+            q, end = c.num_tokens, c.start + c.num_tokens
+            seq += end
+            query_seq += q * end
+            query_sq += q * q
+            sampled += c.sample + c.num_draft_tokens
+        return self._time(
+            sched.num_batched_tokens,
+            query_seq + decode_seq,
+            query_sq + num_decodes,
+            seq + decode_seq,
+            sampled + num_decodes,
+        )
 
     def _time(self, tokens: int, query_seq: int, query_sq: int, seq_lens: int, num_sampled: int) -> float:
         """From the sums over requests of q, q * s, q * q and s (q new tokens, s context after the step)."""
@@ -301,11 +323,19 @@ class SimulatedClock(PredictedClock):
         self.hw = hardware_preset(hardware)
         self._preset = model
         self._cost = cost_model
+        self._dims: ModelDims | None = None
 
     def bind(self, model: ModelDims) -> None:
+        self._dims = model if self._preset == "auto" else model_dims(self._preset)
         if self._cost is None:
-            dims = model if self._preset == "auto" else model_dims(self._preset)
-            self._cost = RooflineCostModel(dims, self.hw)
+            self._cost = RooflineCostModel(self._dims, self.hw)
+
+    @property
+    def model_dims(self) -> ModelDims:
+        """The dimensions of the transformer whose cost it charges (the preset, or the bound model's)."""
+        if self._dims is None:
+            raise RuntimeError("SimulatedClock.bind() must be called before asking its model")
+        return self._dims
 
     @property
     def cost_model(self) -> CostModel:

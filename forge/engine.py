@@ -7,7 +7,6 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-import torch
 from tqdm import tqdm
 
 from forge.clock import Clock
@@ -58,7 +57,6 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self.drafter = drafter
         self.spec_stats = SpecDecodeStats()
-        self._draft_probs: dict[str, torch.Tensor] = {}
         clock.bind(runner.model.dims)
 
     @property
@@ -87,12 +85,10 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """One step's outputs: one per request that sampled, including the requests that failed
         this step (``finish_reason="error"``, ``error`` set; see ``_step``)."""
-        outputs, failed, _ = self._step()
-        return outputs.outputs + failed if failed else outputs.outputs
+        return self._step().outputs
 
-    def _step(self) -> tuple[StepOutputs, list[RequestOutput], list[RequestOutput]]:
-        """One step: the scheduler's outputs, the requests that failed, and every request that
-        finished (failed ones included).
+    def _step(self) -> StepOutputs:
+        """One step: the scheduler's outputs, then the final outputs of the requests that failed.
 
         A failure stays with the requests it concerns: a request whose sampling, constraint or
         verification raised (``ModelOutput.failed``) is aborted (its KV blocks freed) and finished
@@ -104,28 +100,28 @@ class Engine:
             self._propose_drafts()
         sched = self.scheduler.schedule()
         if sched.is_empty:
-            return StepOutputs(), [], []
+            return StepOutputs()
         try:
-            out = self.runner.execute(sched, self.requests, self._draft_probs)
+            out = self.runner.execute(sched)
         except Exception as exc:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"
             rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
-            outputs, failed = StepOutputs(), self._fail(rows)
+            outputs = StepOutputs(others=self._fail(rows))
         else:
             if self.drafter is not None:  # drafts come only from the drafter
                 self._record_verification(sched, out)
             failed = self._fail(out.failed) if out.failed else []
             outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
+            if failed:
+                outputs = outputs.with_others(failed)
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
-        recorded = [*outputs.outputs, *failed] if failed else outputs
-        self.recorder.on_step(sched, recorded, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
-        finished = outputs.finished + failed if failed else outputs.finished
-        for o in finished:
+        self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
+        for o in outputs.finished:
             del self.requests[o.request_id]
             self._forget_drafts(o.request_id)
-        return outputs, failed, finished
+        return outputs
 
     def _fail(self, errors: Mapping[str, str]) -> list[RequestOutput]:
         """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
@@ -159,24 +155,17 @@ class Engine:
             return
         ready = [r for r in self.scheduler.running if r.request_id in limits]
         for rid, draft in self.drafter.propose(ready, limits).items():
-            tokens = draft.token_ids[: limits[rid]]
-            self.requests[rid].spec_token_ids = tokens
-            if draft.probs is not None:
-                self._draft_probs[rid] = draft.probs[: len(tokens)]
-            else:
-                self._draft_probs.pop(rid, None)
+            self.requests[rid].spec_token_ids = draft.token_ids[: limits[rid]]
 
     def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
         for s in sched.chunks:  # the decodes have no drafts
             if s.sample and s.num_draft_tokens and s.request_id not in out.failed:
                 accepted = len(out.sampled_token_ids[s.request_id]) - 1
                 self.spec_stats.record(s.num_draft_tokens, accepted)
-                self._draft_probs.pop(s.request_id, None)
                 if self.drafter is not None:
                     self.drafter.observe(s.request_id, s.num_draft_tokens, accepted)
 
     def _forget_drafts(self, request_id: str) -> None:
-        self._draft_probs.pop(request_id, None)
         if self.drafter is not None:
             self.drafter.remove(request_id)
 
@@ -192,8 +181,6 @@ class Engine:
             problems.append(f"{kv.num_blocks - kv.num_free_blocks()} of {kv.num_blocks} KV blocks not free")
         if self.drafter is not None and self.drafter.num_tracked():
             problems.append(f"the drafter still tracks {self.drafter.num_tracked()} requests")
-        if self._draft_probs:
-            problems.append(f"draft distributions kept for {len(self._draft_probs)} requests")
         if problems:
             raise LeakError("engine idle but " + "; ".join(problems))
 
@@ -218,7 +205,7 @@ class Engine:
                     pending[i].arrival_time += offset
                     self.add_request(pending[i])
                     i += 1
-                for out in self._step()[2]:
+                for out in self._step().finished:
                     finals[out.request_id] = out
                     bar.update(1)
         self.check_idle()

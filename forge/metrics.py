@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any
@@ -12,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from forge.kvcache.base import KVUsage
-from forge.outputs import RequestOutput, SchedulerOutput, StepTotals
+from forge.outputs import SchedulerOutput
 from forge.request import Request
 from forge.step_outputs import StepOutputs
 
@@ -71,7 +70,7 @@ class MetricsRecorder:
     def on_step(
         self,
         sched: SchedulerOutput,
-        outputs: Sequence[RequestOutput],
+        outputs: StepOutputs,
         requests: dict[str, Request],
         start: float,
         end: float,
@@ -79,28 +78,30 @@ class MetricsRecorder:
         num_running: int,
     ) -> None:
         timelines = self.requests
-        totals = sched.totals or StepTotals.of(sched.scheduled, lambda rid: timelines[rid].num_prompt_tokens)
         if self._unscheduled:
             pending = self._unscheduled
             ids = itertools.chain(sched.decodes.request_ids, [s.request_id for s in sched.chunks])
             for rid in list(filter(pending.__contains__, ids)):
                 pending.pop(rid).first_scheduled_time = start
-        prefill, drafts, accepted = totals.num_prefill_tokens, totals.num_draft_tokens, 0
+        prefill = drafts = accepted = 0
+        for c in sched.chunks:  # the decodes compute one output token each: no prompt, no drafts
+            n_prompt = timelines[c.request_id].num_prompt_tokens
+            if c.start < n_prompt:
+                prefill += min(c.start + c.num_tokens, n_prompt) - c.start
+            drafts += c.num_draft_tokens
         decode = sched.num_batched_tokens - prefill - drafts
-        if isinstance(outputs, StepOutputs):  # the plain decodes' outputs are their requests (one new token each)
-            for r in outputs.decoded:
-                tl = timelines[r.request_id]
-                tl.token_times.append(end)
-                tl.num_output_tokens = len(r.output_token_ids)
-                if r.num_cached_tokens > tl.num_cached_tokens:
-                    tl.num_cached_tokens = r.num_cached_tokens
-            for r in outputs.finished_decodes:
-                tl = timelines[r.request_id]
-                tl.finish_time = end
-                tl.finish_reason = r.status.value
-                tl.num_preemptions = requests[r.request_id].num_preemptions
-            outputs = outputs.others
-        for out in outputs:
+        for r in outputs.decoded:  # the plain decodes' outputs are their requests (one new token each)
+            tl = timelines[r.request_id]
+            tl.token_times.append(end)
+            tl.num_output_tokens = len(r.output_token_ids)
+            if r.num_cached_tokens > tl.num_cached_tokens:
+                tl.num_cached_tokens = r.num_cached_tokens
+        for r in outputs.finished_decodes:
+            tl = timelines[r.request_id]
+            tl.finish_time = end
+            tl.finish_reason = r.status.value
+            tl.num_preemptions = requests[r.request_id].num_preemptions
+        for out in outputs.others:
             tl = timelines[out.request_id]
             n_new = len(out.new_token_ids)
             if n_new == 1:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forge.request import Request
 
 
 @dataclass(slots=True)
@@ -29,12 +32,14 @@ class ScheduledRequest:
 class DecodeRows:
     """Plain decodes, column-wise (as vLLM's ``CachedRequestData``): row i computes one token,
     ``token_ids[i]`` (its request's last output token), at position ``starts[i]`` through
-    ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives."""
+    ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives.
+    ``requests[i]``: the row's request (filled by the scheduler; empty for rows built elsewhere)."""
 
     request_ids: list[str] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     block_tables: list[list[int]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_ids)
@@ -49,52 +54,13 @@ class DecodeRows:
         ]
 
 
-@dataclass(frozen=True, slots=True)
-class StepTotals:
-    """Sums over a step's chunks that the simulated clock and the metrics need. The scheduler folds
-    them in as it schedules, so neither needs a pass over the chunks; ``of`` computes them from the
-    chunks (for a ``SchedulerOutput`` built elsewhere, and as the reference in tests)."""
-
-    num_prefill_tokens: int  # scheduled tokens at prompt positions
-    num_draft_tokens: int
-    num_sampled: int  # rows of logits: one per sampling chunk plus one per draft token
-    sum_seq_lens: int  # sum of start + num_tokens: each chunk's context after the step
-    sum_query_seq: int  # sum of num_tokens * (start + num_tokens)
-    sum_query_sq: int  # sum of num_tokens ** 2
-
-    @classmethod
-    def of(cls, chunks: Sequence[ScheduledRequest], num_prompt_tokens: Callable[[str], int]) -> StepTotals:
-        """``num_prompt_tokens(request_id)``: the prompt length of each chunk's request."""
-        prefill = drafts = sampled = seq = query_seq = query_sq = 0
-        for c in chunks:
-            q, end = c.num_tokens, c.start + c.num_tokens
-            n_prompt = num_prompt_tokens(c.request_id)
-            if c.start < n_prompt:
-                prefill += min(end, n_prompt) - c.start
-            drafts += c.num_draft_tokens
-            sampled += c.sample + c.num_draft_tokens
-            seq += end
-            query_seq += q * end
-            query_sq += q * q
-        return cls(prefill, drafts, sampled, seq, query_seq, query_sq)
-
-    def plus_decodes(self, num_rows: int, sum_seq_lens: int) -> StepTotals:
-        """These totals plus ``num_rows`` one-token sampling chunks at output positions."""
-        return StepTotals(
-            self.num_prefill_tokens,
-            self.num_draft_tokens,
-            self.num_sampled + num_rows,
-            self.sum_seq_lens + sum_seq_lens,
-            self.sum_query_seq + sum_seq_lens,
-            self.sum_query_sq + num_rows,
-        )
-
-
 @dataclass(frozen=True)
 class SchedulerOutput:
     """One step's rows: ``decodes`` (plain decodes, column-wise) first, then ``chunks``; ``scheduled``
     is every row in that order as ``ScheduledRequest`` objects (built on first use). Consumers that
-    only need the rows generically read ``scheduled``; the host fast path reads the two parts."""
+    only need the rows generically read ``scheduled``; the host fast path reads the two parts.
+    Self-contained: ``requests`` are the rows' requests in the same order (``decodes.requests``, then
+    ``chunk_requests``), so neither the runner nor ``Scheduler.update`` looks a request up by id."""
 
     chunks: list[ScheduledRequest]
     num_batched_tokens: int
@@ -104,13 +70,17 @@ class SchedulerOutput:
     swap_out: list[tuple[int, int]] = field(default_factory=list)  # GPU -> CPU pool
     copy_blocks: list[tuple[int, int]] = field(default_factory=list)  # GPU -> GPU (copy-on-write)
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # CPU pool -> GPU
-    # Sums over ``scheduled`` (the scheduler's output has them; None: consumers compute them).
-    totals: StepTotals | None = None
     decodes: DecodeRows = field(default_factory=DecodeRows)
+    chunk_requests: list[Request] = field(default_factory=list)  # the request of each of ``chunks``
 
     @cached_property
     def scheduled(self) -> list[ScheduledRequest]:
         return self.decodes.rows() + self.chunks if self.decodes else self.chunks
+
+    @property
+    def requests(self) -> list[Request]:
+        """The request of each row of ``scheduled``, in that order."""
+        return self.decodes.requests + self.chunk_requests if self.decodes else self.chunk_requests
 
     @property
     def num_rows(self) -> int:
@@ -133,6 +103,16 @@ class ModelOutput:
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     decode_token_ids: list[int] | None = None
     failed: dict[str, str] = field(default_factory=dict)
+
+    def decode_tokens(self, decodes: DecodeRows) -> list[int]:
+        """The token of each of ``decodes``' rows, in their order, whichever way they came (-1 for a
+        request in ``failed``, which has none; the engine aborts those before ``update``)."""
+        if self.decode_token_ids is not None:
+            return self.decode_token_ids
+        sampled = self.sampled_token_ids
+        if self.failed:
+            return [sampled[rid][0] if rid in sampled else -1 for rid in decodes.request_ids]
+        return [sampled[rid][0] for rid in decodes.request_ids]
 
 
 @dataclass(slots=True)

@@ -81,6 +81,18 @@ class Request:
     def num_tokens_with_spec(self) -> int:
         return self.num_tokens + len(self.spec_token_ids)
 
+    @property
+    def is_decoding(self) -> bool:
+        """Decoding (a plain decode step): everything but its last token is computed, that token is
+        an output token, and it carries no drafts; its next step computes that one token and samples
+        the one after it. The one definition the scheduler, the runner and the model's fast paths share."""
+        out = self.output_token_ids
+        return (
+            not self.spec_token_ids
+            and len(out) > 0
+            and self.num_computed_tokens == len(self.prompt_token_ids) + len(out) - 1
+        )
+
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens at positions [start, end) of prompt + output + drafts."""
         n_prompt = len(self.prompt_token_ids)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
-from forge.kernels.cuda_graphs import GraphRunner
-from forge.models.base import ForwardBatch, Model, OneHotLogits
+from forge.models.base import ForwardBatch, Model
 from forge.outputs import ModelOutput, SchedulerOutput
 from forge.request import Request
 from forge.sampling import SampleRow, SamplingError, request_seed, sample_each, top_logprobs
@@ -77,7 +75,8 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
 
 
 class ModelRunner:
-    """Owns the KV tensors; one ``execute`` per engine step."""
+    """Owns the KV tensors; one ``execute`` per engine step. Everything it needs of the step is in
+    the ``SchedulerOutput`` (its rows' requests included)."""
 
     def __init__(
         self,
@@ -98,13 +97,8 @@ class ModelRunner:
         self.seed = seed
         spec = kv_spec or model.kv_spec
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(spec, num_blocks, block_size)
-        # Backends that can replay decode steps as CUDA graphs get a graph runner (eager otherwise).
-        self.graphs: GraphRunner | None = None
-        if getattr(backend, "supports_cuda_graphs", False):
-            max_blocks = -(-max_model_len // block_size)
-            self.graphs = GraphRunner(model, self.kv_caches, backend, max_num_seqs, max_blocks)
-        # A host-only model on a host cache skips the batch tensors (and, for greedy rows, the logits).
-        self.host = model.host_only and all(k.device.type == "cpu" for k, _ in self.kv_caches)
+        # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs).
+        self.forward = backend.model_forward(model, self.kv_caches, max_num_seqs, -(-max_model_len // block_size))
         # The swap space: the same layout in host memory.
         shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.cpu_kv_caches: list[KVLayer] = [
@@ -118,61 +112,22 @@ class ModelRunner:
         self.backend.copy_blocks(self.kv_caches, self.kv_caches, sched.copy_blocks)
         self.backend.copy_blocks(self.cpu_kv_caches, self.kv_caches, sched.swap_in)
 
-    @staticmethod
-    def _host_greedy(
-        sched: SchedulerOutput, requests: Mapping[str, Request], logits: OneHotLogits
-    ) -> ModelOutput | None:
-        """When every row is plain greedy (no penalties, constraint, logprobs or drafts), each
-        token is its row's argmax: the one-hot column. None: sample the dense logits instead."""
-        if logits.value <= 0.0:
-            return None
-        for rid in sched.decodes.request_ids:
-            r = requests[rid]
-            if not r.sampling_params.plain_greedy or r.constraint is not None:
-                return None
-        sampled: dict[str, list[int]] = {}
-        tokens = logits.tokens
-        i = n = len(sched.decodes)
-        for s in sched.chunks:
-            if not s.sample:
-                continue
-            rid = s.request_id
-            r = requests[rid]
-            if s.num_draft_tokens or not r.sampling_params.plain_greedy or r.constraint is not None:
-                return None
-            sampled[rid] = [tokens[i]]
-            i += 1
-        return ModelOutput(sampled, decode_token_ids=tokens[:n] if i > n else tokens)
-
     def request_seed(self, request: Request) -> int:
         return request_seed(request.sampling_params.seed, self.seed, request.request_id)
 
     @torch.inference_mode()
-    def execute(
-        self,
-        sched: SchedulerOutput,
-        requests: Mapping[str, Request],
-        draft_probs: Mapping[str, torch.Tensor] | None = None,
-    ) -> ModelOutput:
-        """Run the batch; sample one token per sampling request, or verify its drafts
-        (``draft_probs``: the drafter's distributions, per request, where it has them).
+    def execute(self, sched: SchedulerOutput) -> ModelOutput:
+        """Run the batch; sample one token per sampling request, or verify its drafts.
 
         A request whose constraint, sampling or verification raises is reported in
         ``ModelOutput.failed`` and the others' tokens are unaffected; an exception from the model
         step itself (or the KV copies) propagates: the step produced nothing."""
         self.apply_block_ops(sched)
-        if self.host:
-            host_logits = self.model.forward_host(sched, self.block_size, self.kv_caches)
-            greedy = self._host_greedy(sched, requests, host_logits)
-            if greedy is not None:
-                return greedy
-            logits = host_logits.dense()
-        else:
-            batch = build_forward_batch(sched, self.block_size, self.backend.device)
-            if self.graphs is not None:
-                logits = self.graphs.run(batch)
-            else:
-                logits = self.model.forward(batch, self.kv_caches, self.backend)
+        batch = build_forward_batch(sched, self.block_size, self.backend.device)
+        return self.sample(sched, self.forward(batch))
+
+    def sample(self, sched: SchedulerOutput, logits: torch.Tensor) -> ModelOutput:
+        """Tokens from the step's logits (one row per sampling row, one more per draft token)."""
         rows: list[SampleRow] = []
         owners: list[str] = []
         row_of: list[int] = []
@@ -180,17 +135,15 @@ class ModelRunner:
         logprobs: dict[str, list[dict[int, float]]] = {}
         failed: dict[str, str] = {}
         offset = 0
-        for s in sched.scheduled:
+        for s, r in zip(sched.scheduled, sched.requests, strict=True):
             if not s.sample:
                 continue
             rid = s.request_id
-            r = requests[rid]
             n = s.num_draft_tokens
             try:  # a failure here (a constraint's mask, verification) is this request's alone
                 if n:
-                    q = draft_probs.get(rid) if draft_probs is not None else None
                     sampled[rid], lps = verify_request(
-                        logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n], q
+                        logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n]
                     )
                     if lps is not None:
                         logprobs[rid] = lps

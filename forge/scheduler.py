@@ -4,7 +4,7 @@ speculative drafts and preemption by recompute are all that one mechanism."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forge.kvcache.base import KVCacheManager
@@ -41,8 +41,6 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
-        # The last step scheduled and its decodes' and other rows' requests, so ``update`` needs no lookup by id.
-        self._in_flight: tuple[SchedulerOutput, list[Request], list[Request]] | None = None
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -102,20 +100,19 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         total = budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
         step = StepRows()
-        preempted: list[Request] = []
         if self.policy.rekey_each_step and len(self.waiting):
             self.waiting.rekey()
         if self.policy.waiting_first:
             budget = self._swap_in(budget, step)
             if not self.swapped:
                 budget = self._admit(budget, step)
-        budget, decode_seq_lens = self._schedule_running(budget, step, preempted)
+        budget, preempted = self._schedule_running(budget, step)
         if not preempted and not self.policy.waiting_first:
             budget = self._swap_in(budget, step)
             if not self.swapped:
                 budget = self._admit(budget, step)
         ops = self.kv.take_block_ops()
-        sched = SchedulerOutput(
+        return SchedulerOutput(
             step.rows,
             num_batched_tokens=total - budget,
             preempted_ids=[r.request_id for r in preempted],
@@ -123,11 +120,9 @@ class Scheduler:
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
             swap_in=ops.swap_in,
-            totals=step.totals(decode_seq_lens),
             decodes=step.decodes,
+            chunk_requests=step.requests,
         )
-        self._in_flight = (sched, step.decode_requests, step.requests)
-        return sched
 
     def _swap_in(self, budget: int, step: StepRows) -> int:
         """Bring swapped-out requests back, oldest preemption first, each with its next chunk."""
@@ -145,75 +140,52 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _schedule_running(self, budget: int, step: StepRows, preempted: list[Request]) -> tuple[int, int]:
-        """Returns the budget left and the summed context lengths (start + 1) of the plain decodes
-        it scheduled (for the step's totals)."""
-        swapped_in = {s.request_id for s in step.rows}  # already scheduled this step (waiting-first swap-ins)
+    def _schedule_running(self, budget: int, step: StepRows) -> tuple[int, list[Request]]:
+        """Schedule the running requests in the policy's order (each its gap, within ``budget``);
+        returns the budget left and the requests preempted to make room."""
+        preempted: list[Request] = []
+        swapped_in = step.request_ids() if step.rows else ()  # already scheduled (waiting-first swap-ins)
         running = RequestStatus.RUNNING
-        kv = self.kv
-        rows, requests = step.rows, step.requests
-        d = step.decodes  # plain decodes while no other row precedes them: appended column-wise
-        ids, starts, tokens = d.request_ids.append, d.starts.append, d.token_ids.append
-        decode_tables, decode_requests = d.block_tables.append, step.decode_requests.append
-        decode_seq_lens = 0
-        tables, bs = kv.decode_tables(), kv.block_size  # tables: where a decode inside a block needs no allocation
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
                 break
-            if request.status is not running or (swapped_in and request.request_id in swapped_in):
+            if request.status is not running or request.request_id in swapped_in:
                 continue
-            spec = request.spec_token_ids
-            out = request.output_token_ids
-            computed = request.num_computed_tokens
-            known = len(request.prompt_token_ids) + len(out)
-            if computed == known - 1 and out and not spec:
-                # A plain decode (its one new token is its last output token): the fast path.
-                rid = request.request_id
-                table = tables[rid] if computed % bs and tables is not None else kv.allocate_decode(request)
-                if table is not None:
-                    if rows:  # after another row: keep the order
-                        rows.append(ScheduledRequest(rid, computed, 1, [out[-1]], table, True))
-                        requests.append(request)
-                    else:
-                        ids(rid)
-                        starts(computed)
-                        tokens(out[-1])
-                        decode_tables(table)
-                        decode_requests(request)
-                    decode_seq_lens += known
-                    budget -= 1
-                    continue
-            n = known + len(spec) - computed
-            if n > budget:
-                n = budget
+            if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
+                step.add_decode(request, self.kv.block_table(request.request_id))
+                budget -= 1
+                continue
+            known = request.num_tokens
+            n = min(known + len(request.spec_token_ids) - request.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            if spec:
+            if request.spec_token_ids:
                 n = self._fit_drafts(request, n)
             if not self._allocate(request, n, known):
-                n = self._make_room(request, n, known, step, preempted)
+                n, victims = self._make_room(request, n, known, step.request_ids())
+                preempted += victims
                 if n == 0:  # the request itself was preempted
                     continue
             step.add_chunk(self._scheduled(request, n, known), request)
             budget -= n
-        return budget, decode_seq_lens
+        return budget, preempted
 
-    def _make_room(self, request: Request, n: int, known: int, step: StepRows, preempted: list[Request]) -> int:
+    def _make_room(self, request: Request, n: int, known: int, scheduled: set[str]) -> tuple[int, list[Request]]:
         """Slots for ``n`` tokens of a running request did not fit: drop its drafts, then preempt
-        unscheduled requests (the policy picks; possibly this one) until they do. Returns the
-        tokens it gets (0: it was preempted)."""
+        requests not ``scheduled`` this step (the policy picks; possibly this one) until they do.
+        Returns the tokens it gets (0: it was preempted) and the requests preempted."""
+        preempted: list[Request] = []
         while True:
             if request.spec_token_ids:  # drafts never cause a preemption: drop them first
                 n = self._fit_drafts(request, n - len(request.spec_token_ids))
             else:
-                done = step.request_ids()
-                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in done])
+                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in scheduled])
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is request:
-                    return 0
+                    return 0, preempted
             if self._allocate(request, n, known):
-                return n
+                return n, preempted
 
     def _admit(self, budget: int, step: StepRows) -> int:
         while budget > 0 and len(self.running) < self.limits.max_num_seqs:
@@ -227,7 +199,7 @@ class Scheduler:
                 break
             n = min(gap, budget)
             if not self._allocate(request, n, request.num_tokens):
-                if not self.running and not step.rows and not step.decodes:
+                if not self.running and step.is_empty:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
                         f"KV cache of {self.kv.num_blocks} blocks x {self.kv.block_size}: raise kvcache.num_blocks"
@@ -291,60 +263,53 @@ class Scheduler:
 
     # -- after the model ran ---------------------------------------------------------
     def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
-        """Advance computed tokens, append accepted tokens, finish and free requests. Rows of
-        requests aborted since ``schedule`` are skipped (``out.failed``'s have no tokens)."""
-        in_flight, self._in_flight = self._in_flight, None
-        sampled, tokens = out.sampled_token_ids, out.decode_token_ids
-        decoded: list[Request] = []  # plain decodes whose token came column-wise (``decode_tokens``)
-        decode_tokens: list[int] = []
-        if in_flight is None or in_flight[0] is not sched:
-            by_id = {r.request_id: r for r in self.running}
-            rows: Iterable[tuple[ScheduledRequest, Request]] = [
-                (s, by_id[s.request_id]) for s in sched.scheduled if s.request_id in by_id
-            ]
-            if tokens is not None:
-                sampled = {**sampled, **{rid: [t] for rid, t in zip(sched.decodes.request_ids, tokens, strict=True)}}
-        elif tokens is not None or not out.logprobs:  # the decodes column-wise (their outputs carry no logprobs)
-            decoded = in_flight[1]
-            if out.failed:  # requests whose sampling failed have no token (the engine aborted them)
-                decoded = [r for r in decoded if r.request_id not in out.failed]
-            decode_tokens = tokens if tokens is not None else [sampled[r.request_id][0] for r in decoded]
-            rows = zip(sched.chunks, in_flight[2], strict=True)
-        else:
-            rows = zip(sched.scheduled, in_flight[1] + in_flight[2], strict=True)
-        finished: list[Request] = []  # the decodes' first, then the other rows', in row order
+        """Advance each row's request by the tokens computed for it and append the tokens it
+        accepted (``_accept``), the plain decodes' (column-wise) first; free those that finished.
+        A row whose request stopped running since ``schedule`` (aborted) is skipped."""
+        decoded, tokens = sched.decodes.requests, out.decode_tokens(sched.decodes)
+        finished: list[Request] = []
         running = RequestStatus.RUNNING
-        plain = not self._forks
-        check_stop = self._check_stop
-        gone: list[Request] = []
-        for request, token in zip(decoded, decode_tokens, strict=True):
-            if request.status is not running:  # aborted since it was scheduled
-                gone.append(request)
+        accept = self._accept
+        skipped: list[Request] = []
+        for request, token in zip(decoded, tokens, strict=True):
+            if request.status is not running:
+                skipped.append(request)
                 continue
             request.num_computed_tokens += 1
-            if plain and request.constraint is None:  # one plain new token: _accept without its general work
-                request.output_token_ids.append(token)
-                if check_stop(request, token, eos_token_ids):
-                    finished.append(request)
-            elif self._accept(request, 0, [token], eos_token_ids)[1]:
+            if accept(request, (token,), 0, eos_token_ids):
                 finished.append(request)
-        if gone:
-            decoded = [r for r in decoded if r not in gone]
-        finished_decodes = finished[:]
+        if skipped:
+            decoded, tokens = _without(skipped, decoded, tokens)
+        others, finished_others = self._update_chunks(sched, out, eos_token_ids)
+        stopped = finished + finished_others
+        if stopped:
+            for request in stopped:
+                self.kv.free(request)
+            done = {r.request_id for r in stopped}
+            self.running = [r for r in self.running if r.request_id not in done]
+        return StepOutputs(decoded, tokens, finished, others, out.logprobs)
+
+    def _update_chunks(
+        self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]
+    ) -> tuple[list[RequestOutput], list[Request]]:
+        """``update`` for the rows other than the column-wise decodes: returns their outputs (one per
+        sampling row) and the requests that finished."""
         outputs: list[RequestOutput] = []
-        logprobs = out.logprobs
-        for s, request in rows:
-            if request.status is not running:
+        finished: list[Request] = []
+        sampled, logprobs = out.sampled_token_ids, out.logprobs
+        for s, request in zip(sched.chunks, sched.chunk_requests, strict=True):
+            if request.status is not RequestStatus.RUNNING:
                 continue
             request.num_computed_tokens += s.num_tokens
             if not s.sample:
                 continue
-            rid = s.request_id
-            new, stopped = self._accept(request, s.num_draft_tokens, sampled[rid], eos_token_ids)
+            rid, num_before = s.request_id, len(request.output_token_ids)
+            stopped = self._accept(request, sampled[rid], s.num_draft_tokens, eos_token_ids)
             if stopped:
                 finished.append(request)
-            status = request.status.value if stopped else None
+            new = request.output_token_ids[num_before:]
             lps = logprobs[rid][: len(new)] if logprobs and rid in logprobs else None
+            status = request.status.value if stopped else None
             outputs.append(
                 RequestOutput(
                     rid,
@@ -358,37 +323,33 @@ class Scheduler:
                     lps,
                 )
             )
-        if finished:
-            for request in finished:
-                self.kv.free(request)
-            done = {r.request_id for r in finished}
-            self.running = [r for r in self.running if r.request_id not in done]
-        return StepOutputs(decoded, finished_decodes, outputs)
+        return outputs, finished
 
     def _accept(
-        self, request: Request, num_draft_tokens: int, accepted: list[int], eos_token_ids: frozenset[int]
-    ) -> tuple[list[int], bool]:
+        self, request: Request, accepted: Sequence[int], num_draft_tokens: int, eos_token_ids: frozenset[int]
+    ) -> bool:
         """Append the step's accepted tokens (after verified drafts: rejected ones are uncomputed and
         their slots trimmed) until one stops the request; fork its children once its prompt is in.
-        Returns the appended tokens and whether the request stopped."""
-        rejected = num_draft_tokens - (len(accepted) - 1)
+        Returns whether the request stopped."""
+        rejected = num_draft_tokens - (len(accepted) - 1) if num_draft_tokens else 0
         request.num_computed_tokens -= rejected
-        request.spec_token_ids = []
-        new: list[int] = []
+        if request.spec_token_ids:
+            request.spec_token_ids = []
+        output, constraint = request.output_token_ids, request.constraint
         stopped = False
         for token in accepted:
-            request.output_token_ids.append(token)
-            new.append(token)
-            if request.constraint is not None:
-                request.constraint.accept(token)
+            output.append(token)
+            if constraint is not None:
+                constraint.accept(token)
             if self._check_stop(request, token, eos_token_ids):
                 stopped = True
                 break
         if rejected:
             self.kv.trim(request, request.num_computed_tokens)
-        if request.request_id in self._forks and request.num_computed_tokens >= request.num_prompt_tokens:
+        forks = self._forks
+        if forks and request.request_id in forks and request.num_computed_tokens >= request.num_prompt_tokens:
             self._fork(request)
-        return new, stopped
+        return stopped
 
     def _fork(self, parent: Request) -> None:
         """Each child shares the parent's blocks for all but the last prompt token, which it
@@ -416,3 +377,9 @@ class Scheduler:
             request.status = RequestStatus.FINISHED_LENGTH
             return True
         return False
+
+
+def _without(skipped: list[Request], requests: list[Request], tokens: list[int]) -> tuple[list[Request], list[int]]:
+    """The decodes' requests and tokens but those of ``skipped``."""
+    kept = [(r, t) for r, t in zip(requests, tokens, strict=True) if all(r is not x for x in skipped)]
+    return [r for r, _ in kept], [t for _, t in kept]

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from forge.outputs import DecodeRows, ScheduledRequest, StepTotals
+from forge.outputs import DecodeRows, ScheduledRequest
 from forge.request import Request
 
 
 class StepRows:
-    """The rows of the step the scheduler is building: ``decodes``, its first rows (plain decodes,
-    column-wise), then ``rows`` (a plain decode after any other row joins these, keeping the order);
-    their requests, in the same order; ``chunks``: the rows not on the plain-decode path, whose sums
-    ``totals`` computes row by row."""
+    """The step the scheduler is building: ``decodes``, its first rows (plain decodes, column-wise,
+    with their requests), then ``rows`` (every other row; a plain decode after any other row joins
+    these, keeping the order) and ``requests``, the request of each of ``rows``."""
 
-    __slots__ = ("chunks", "decode_requests", "decodes", "requests", "rows")
+    __slots__ = ("decodes", "requests", "rows")
 
     def __init__(self) -> None:
         self.decodes = DecodeRows()
-        self.decode_requests: list[Request] = []
         self.rows: list[ScheduledRequest] = []
         self.requests: list[Request] = []
-        self.chunks: list[tuple[ScheduledRequest, Request]] = []
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.rows and not self.decodes
 
     def request_ids(self) -> set[str]:
         """The ids of the requests scheduled so far."""
@@ -30,10 +31,16 @@ class StepRows:
     def add_chunk(self, row: ScheduledRequest, request: Request) -> None:
         self.rows.append(row)
         self.requests.append(request)
-        self.chunks.append((row, request))
 
-    def totals(self, sum_decode_seq_lens: int) -> StepTotals:
-        prompt = {r.request_id: r.num_prompt_tokens for _, r in self.chunks}
-        return StepTotals.of([c for c, _ in self.chunks], prompt.__getitem__).plus_decodes(
-            len(self.decodes) + len(self.rows) - len(self.chunks), sum_decode_seq_lens
-        )
+    def add_decode(self, request: Request, block_table: list[int]) -> None:
+        """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table``."""
+        rid, start, token = request.request_id, request.num_computed_tokens, request.output_token_ids[-1]
+        if self.rows:  # after another row: keep the order
+            self.add_chunk(ScheduledRequest(rid, start, 1, [token], block_table, True), request)
+            return
+        d = self.decodes
+        d.request_ids.append(rid)
+        d.starts.append(start)
+        d.token_ids.append(token)
+        d.block_tables.append(block_table)
+        d.requests.append(request)

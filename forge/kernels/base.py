@@ -8,9 +8,14 @@ Block bookkeeping lives in ``forge.kvcache`` and never sees a tensor.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from forge.models.base import ForwardBatch, Model
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,15 @@ class KernelBackend(ABC):
             )
             for _ in range(spec.num_layers)
         ]
+
+    def model_forward(
+        self, model: Model, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
+    ) -> Callable[[ForwardBatch], torch.Tensor]:
+        """How the model runner runs ``model`` over ``kv_caches`` on this backend: a function of the
+        batch returning what ``model.forward(batch, kv_caches, self)`` returns. The default is that
+        call; a backend may return an equivalent that is faster on it (CUDA graphs, say), for batches
+        of at most ``max_num_seqs`` sequences of at most ``max_blocks_per_seq`` blocks."""
+        return lambda batch: model.forward(batch, kv_caches, self)
 
     def copy_blocks(self, src: list[KVLayer], dst: list[KVLayer], pairs: list[tuple[int, int]]) -> None:
         """For every layer, K and V block ``s`` of ``src`` copied to block ``d`` of ``dst`` for each

@@ -49,7 +49,7 @@ class DraftModelDrafter(Drafter):
     Greedy requests get the draft model's argmax (no distribution); sampled requests draw from
     the draft model's processed distribution ``q`` (temperature, top-k/p, min-p) with the very
     generator the target's sampler uses at that position (``row_generator(request seed,
-    position)``, ``seed`` = the engine's), and return ``q``. Sharing the draw's randomness couples
+    position)``, ``seed`` = the engine's). Sharing the draw's randomness couples
     the draft with the target's own draw (``torch.multinomial`` of one sample is an exponential
     race, so the two agree wherever ``q`` is close to ``p``); verification then emits the target's
     draws, which never depend on what was drafted.
@@ -110,7 +110,6 @@ class DraftModelDrafter(Drafter):
                 feed[r.request_id] = (start, r.all_token_ids[start:])
         by_id = {r.request_id: r for r in requests}
         tokens: dict[str, list[int]] = {rid: [] for rid in want}
-        probs: dict[str, list[torch.Tensor]] = {rid: [] for rid in want}
         for step in range(max(want.values(), default=0)):
             batch: list[ScheduledRequest] = []
             for rid, (start, new) in feed.items():
@@ -138,12 +137,9 @@ class DraftModelDrafter(Drafter):
                     q = processed_probs(logits[row], params)
                     g = row_generator(self._seed(request), position, logits.device)
                     token = int(torch.multinomial(q, 1, generator=g))
-                    probs[s.request_id].append(q)
                 tokens[s.request_id].append(token)
                 feed[s.request_id] = (position, [token])
-        return {
-            rid: Draft(toks, torch.stack(probs[rid]) if probs[rid] else None) for rid, toks in tokens.items() if toks
-        }
+        return {rid: Draft(toks) for rid, toks in tokens.items() if toks}
 
     def remove(self, request_id: str) -> None:
         tracked = self._tracked.pop(request_id, None)

@@ -95,16 +95,14 @@ def verify_request(
     request: Request,
     seed: int,
     draft_ids: Sequence[int],
-    draft_probs: torch.Tensor | None = None,
 ) -> tuple[list[int], list[dict[int, float]] | None]:
     """Verify one request's drafts given the target's ``logits [k+1, V]`` at its draft positions.
 
     Row j is processed as the sampler would process the token at position ``num_tokens + j``
     with the drafts before it already in the output (penalties see them), and its random
     draws come from ``row_generator(seed, num_tokens + j)``: the result never depends on the
-    batch. A sampled request's tokens equal what it samples without drafts (``_coupled``);
-    ``draft_probs`` is accepted for drafters that report ``q`` but not needed. Returns the
-    emitted tokens and, if the request asks for them, their logprobs.
+    batch. A sampled request's tokens equal what it samples without drafts (``_coupled``).
+    Returns the emitted tokens and, if the request asks for them, their logprobs.
     """
     k = len(draft_ids)
     if logits.shape[0] != k + 1:
