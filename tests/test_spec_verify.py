@@ -136,19 +136,18 @@ def test_verify_request_greedy_matches_argmax_with_penalties() -> None:
 def test_verify_request_sampling_is_a_function_of_seed_and_position() -> None:
     logits = torch.randn(3, V, generator=torch.Generator().manual_seed(0))
     params = SamplingParams(max_tokens=8, temperature=1.0, seed=7)
-    q = torch.softmax(torch.randn(2, V, generator=torch.Generator().manual_seed(1)), -1)
-    a = verify_request(logits, _request(params, [4]), 7, [0, 1], q)
-    b = verify_request(logits.clone(), _request(params, [4]), 7, [0, 1], q.clone())
+    a = verify_request(logits, _request(params, [4]), 7, [0, 1])
+    b = verify_request(logits.clone(), _request(params, [4]), 7, [0, 1])
     assert a == b
-    outs = {tuple(verify_request(logits, _request(params, [4] * n), 7, [0, 1], q)[0]) for n in range(30)}
+    outs = {tuple(verify_request(logits, _request(params, [4] * n), 7, [0, 1])[0]) for n in range(30)}
     assert len(outs) > 1  # different positions draw differently
     with pytest.raises(ValueError):
-        verify_request(logits[:2], _request(params, []), 7, [0, 1], q)
+        verify_request(logits[:2], _request(params, []), 7, [0, 1])
 
 
-def test_one_hot_drafts_emit_what_sampling_without_drafts_emits() -> None:
-    """Without a draft distribution, the emitted tokens are the ones the request samples with no
-    drafts at all (same draw per position), whatever was drafted."""
+def test_sampled_verification_emits_what_sampling_without_drafts_emits() -> None:
+    """The emitted tokens are the ones the request samples with no drafts at all (same draw per
+    position), whatever was drafted."""
     logits = torch.randn(4, V, generator=torch.Generator().manual_seed(0))
     for seed in range(40):
         params = SamplingParams(max_tokens=8, temperature=1.0, seed=seed)

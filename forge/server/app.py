@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from forge.engine import Engine
-from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, Stream
+from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.generation import (
@@ -156,6 +156,9 @@ class Generation:
                 rid, item = await self.queue.get()
                 if rid not in self.pending:
                     continue
+                if isinstance(item, RequestFailed):  # forge's own words: what failed, never a library's text
+                    self.pending.discard(rid)
+                    raise APIError(f"generation failed: {item}", 500, "internal_error")
                 if isinstance(item, BaseException):
                     self.pending.discard(rid)
                     log.error("request %s failed in the engine", rid, exc_info=item)
