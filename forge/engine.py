@@ -107,7 +107,7 @@ class Engine:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"
             rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
-            outputs = StepOutputs(others=self._fail(rows))
+            outputs = StepOutputs(others=self._fail(rows, step_failed=True))
         else:
             if self.drafter is not None:  # drafts come only from the drafter
                 self._record_verification(sched, out)
@@ -123,14 +123,15 @@ class Engine:
             self._forget_drafts(o.request_id)
         return outputs
 
-    def _fail(self, errors: Mapping[str, str]) -> list[RequestOutput]:
+    def _fail(self, errors: Mapping[str, str], step_failed: bool = False) -> list[RequestOutput]:
         """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
-        blocks; their final outputs (``finish_reason="error"``). They leave ``requests`` with
-        the step's other finished requests."""
+        blocks (``step_failed``: the model step raised, so what it was to write is discarded); their
+        final outputs (``finish_reason="error"``). They leave ``requests`` with the step's other
+        finished requests."""
         outputs = []
         for rid, reason in errors.items():
             request = self.requests[rid]
-            self.scheduler.abort(rid)
+            self.scheduler.abort(rid, step_failed)
             outputs.append(
                 RequestOutput(
                     request_id=rid,

@@ -66,7 +66,10 @@ class Scheduler:
             for child in forks:
                 child.status = RequestStatus.WAITING
 
-    def abort(self, request_id: str) -> Request | None:
+    def abort(self, request_id: str, step_failed: bool = False) -> Request | None:
+        """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
+        was to compute its scheduled tokens raised, so its unwritten blocks leave the prefix cache
+        (``KVCacheManager.discard``)."""
         request = self.waiting.remove(request_id)
         if request is None:
             request = self._remove_pending(request_id)
@@ -77,7 +80,10 @@ class Scheduler:
             self.running.remove(request)
         for child in self._forks.pop(request_id, []):  # the parent will not fork: run them alone
             self.waiting.push(child)
-        self.kv.free(request)
+        if step_failed:
+            self.kv.discard(request)
+        else:
+            self.kv.free(request)
         request.status = RequestStatus.FINISHED_ABORTED
         return request
 

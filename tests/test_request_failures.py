@@ -124,3 +124,29 @@ def test_step_reports_the_failed_request() -> None:
     while engine.has_unfinished():
         engine.step()
     engine.check_idle()
+
+
+def test_a_failed_model_step_leaves_no_unwritten_block_in_the_prefix_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With prefix caching, a prompt's full blocks are offered to the cache when allocated; if the
+    forward that was to write them raises, a later request with the same prompt must not hit them
+    (it would read KV that was never written) and gets the tokens of a run without the failure."""
+    prompt = list(range(40, 40 + 70))  # 4 full blocks of 16 and a partial one
+    llm = LLM("model=tiny", "kvcache.enable_prefix_caching=true")
+    expected = LLM("model=tiny").generate([prompt], GREEDY)[0].token_ids
+    engine = llm.engine
+    model = engine.runner.model
+    forward = model.forward
+    calls = itertools.count()
+
+    def fails_first(*args: Any) -> torch.Tensor:
+        if next(calls) == 0:
+            raise RuntimeError("injected forward failure")
+        return forward(*args)
+
+    monkeypatch.setattr(model, "forward", fails_first)
+    first = engine.run([Request("first", prompt, GREEDY)])["first"]
+    assert first.finish_reason == "error"
+    again = engine.run([Request("again", prompt, GREEDY)])["again"]
+    assert again.num_cached_tokens == 0 and again.token_ids == expected
+    third = engine.run([Request("third", prompt, GREEDY)])["third"]  # written now: a real hit
+    assert third.num_cached_tokens == 64 and third.token_ids == expected

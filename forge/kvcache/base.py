@@ -55,6 +55,9 @@ class KVCacheManager(ABC):
       ``num_cacheable`` tokens are final (no drafts) and may be shared by prefix caching.
     - ``trim(req, num_tokens)`` gives back blocks past ``num_tokens`` (rejected drafts).
     - ``free(req)`` releases everything the request holds (GPU and CPU); unknown ids are a no-op.
+    - ``discard(req)``: ``free`` after the step that was to compute the request's scheduled tokens
+      failed: blocks past its computed tokens may have been offered to a prefix cache but were
+      never written, so no later request may hit them. Managers without prefix caching: ``free``.
 
     Optional abilities (the defaults say "not supported" and the scheduler falls back):
 
@@ -99,6 +102,9 @@ class KVCacheManager(ABC):
     @property
     def usage_fraction(self) -> float:
         return 1.0 - self.num_free_blocks() / self.num_blocks
+
+    def discard(self, request: Request) -> None:
+        self.free(request)
 
     def num_held(self) -> int:
         """Requests currently holding blocks (the engine checks it drops to 0)."""

@@ -214,6 +214,11 @@ class PagedKVCache(KVCacheManager):
             # Tail blocks first, so they are evicted before the shared prefix blocks.
             self._release(blocks[::-1])
 
+    def discard(self, request: Request) -> None:
+        for block in self._blocks.get(request.request_id, [])[request.num_computed_tokens // self.block_size :]:
+            self.pool.uncache(block)
+        self.free(request)
+
     # -- swapping ------------------------------------------------------------------
     def swap_out(self, request: Request) -> bool:
         rid = request.request_id
