@@ -20,7 +20,7 @@ import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
 from forge.kernels.cuda.quant import QuantizedWeight
-from forge.models.llama import PackedLinear
+from forge.models.decoder import PackedLinear
 
 
 class CudaBackend(KernelBackend):
