@@ -89,7 +89,8 @@ def test_add_rms_norm(cuda, oracle, dtype: torch.dtype, rows: int, hidden: int) 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 16), (9, 3, 64), (32, 8, 128)])
 def test_rope(cuda, oracle, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:  # type: ignore[no-untyped-def]
-    from forge.models.llama import LlamaConfig, rope_cos_sin
+    from forge.models.decoder import rope_cos_sin
+    from forge.models.llama import LlamaConfig
 
     tokens = 37
     cfg = LlamaConfig(

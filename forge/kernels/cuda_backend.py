@@ -21,7 +21,7 @@ import torch
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
 from forge.kernels.cuda.quant import QuantizedWeight
-from forge.models.llama import PackedLinear
+from forge.models.decoder import PackedLinear
 
 if TYPE_CHECKING:
     from forge.models.base import ForwardBatch, Model
