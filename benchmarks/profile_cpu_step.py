@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.cpu_real_model import commit, machine
 from forge import LLM, SamplingParams
-from forge.request import Request
+from forge.core.request import Request
 
 
 def main() -> None:

@@ -65,10 +65,10 @@ def instrument(engine: Any) -> dict[str, float]:
 def phases_worker(requests: int, rate: float) -> dict[str, Any]:
     """Where a full run's wall time goes (what ``run.py`` does, phase by phase, in one process)."""
     t0 = time.perf_counter()
-    from forge.build import build_engine, workload_requests
     from forge.config import compose_config
+    from forge.engine.build import build_engine, workload_requests
     from forge.main import run_offline  # noqa: F401  (the CLI's imports: pandas, pyarrow via parquet below)
-    from forge.metrics import summarize
+    from forge.results.metrics import summarize
 
     t1 = time.perf_counter()
     cfg = compose_config(
@@ -109,8 +109,8 @@ def phases_worker(requests: int, rate: float) -> dict[str, Any]:
 def steps_worker(cap: int, threads: int, num_steps: int) -> dict[str, Any]:
     import torch
 
-    from forge.build import build_engine, workload_requests
     from forge.config import compose_config
+    from forge.engine.build import build_engine, workload_requests
 
     torch.set_num_threads(threads)
     overrides = [*BASE, f"workload.num_requests={4 * cap}", "workload.arrivals.rate=1e9", f"engine.max_num_seqs={cap}"]
@@ -371,7 +371,7 @@ def readme() -> str:
             sched = sec.get("step: schedule", 0.0) + sec.get("step: update", 0.0)
             lines += [
                 "",
-                f"The scheduler (schedule + update, forge/scheduler.py and the KV manager it calls) takes"
+                f"The scheduler (schedule + update, forge/sched/scheduler.py and the KV manager it calls) takes"
                 f" {sched:.1f} s = {sched / total:.0%}; the model runner (synthetic forward + sampling)"
                 f" {sec.get('step: execute', 0.0):.1f} s; interpreter start-up and imports"
                 f" {sec.get('imports', 0.0):.1f} s.",

@@ -1,6 +1,6 @@
 """forge: a research testbed for LLM inference serving."""
 
-from forge.sampling_params import SamplingParams
+from forge.core.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams"]
 

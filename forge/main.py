@@ -10,10 +10,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.build import build_engine, default_sampling, workload_requests
 from forge.config import validate
-from forge.metrics import summarize
-from forge.redact import redact_config
+from forge.engine.build import build_engine, default_sampling, workload_requests
+from forge.results.metrics import summarize
+from forge.results.redact import redact_config
 
 
 def git_commit() -> str:
@@ -51,7 +51,7 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact_config(cfg)))
     if cfg.report:
-        from forge.report import write_report
+        from forge.results.report import write_report
 
         write_report(run_dir)
     return summary

@@ -13,11 +13,11 @@ from gguf import GGUFReader, ReaderTensor
 from gguf_fixtures import write_tiny_gguf
 
 from forge import SamplingParams
-from forge.build import build_engine
 from forge.config import ConfigError, compose_config
+from forge.core.request import Request
+from forge.engine.build import build_engine
 from forge.models.gguf_file import GGUFError
 from forge.models.gguf_loader import load_gguf
-from forge.request import Request
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +48,7 @@ def test_negative_engine_sizes(override: str, names: str) -> None:
     ],
 )
 def test_bad_component_settings(overrides: list[str], names: str) -> None:
-    from forge.build import workload_requests
+    from forge.engine.build import workload_requests
 
     with pytest.raises(ValueError, match=names):
         cfg = compose_config(overrides)

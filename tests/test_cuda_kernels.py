@@ -318,7 +318,7 @@ def test_gemv(cuda, kind: str, dtype: torch.dtype, rows: int) -> None:  # type: 
 def _greedy(model, backend, prompts: list[list[int]], steps: int, block_size: int = 16, runner=None) -> list[list[int]]:  # type: ignore[no-untyped-def]
     """Chunked prefill (each prompt in two chunks: the second runs over a cached prefix),
     then ``steps`` batched decode steps; returns the generated tokens."""
-    from forge.models.base import ForwardBatch
+    from forge.kernels.batch import ForwardBatch
 
     max_len = max(len(p) for p in prompts) + steps + 1
     per_seq = math.ceil(max_len / block_size)

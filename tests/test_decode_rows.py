@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from forge.build import build_engine, workload_requests
 from forge.config import compose_config
-from forge.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.core.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.engine.build import build_engine, workload_requests
 from forge.policies.prefill_first import PrefillFirst
-from forge.step_outputs import StepOutputs
+from forge.sched.step_outputs import StepOutputs
 from tests.sched_helpers import request, scheduler, step
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=16", "progress=false"]

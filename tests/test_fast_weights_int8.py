@@ -10,7 +10,7 @@ import pytest
 import torch
 from forward_helpers import greedy, prefill_logits, top1_agreement
 
-from forge.models.decoder import PackedLinear
+from forge.kernels.base import PackedLinear
 from forge.models.fast_weights import Int8RowwiseLinear, apply_weight_format, quantize_rows
 from forge.models.llama import Llama, build_tiny
 

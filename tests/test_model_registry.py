@@ -16,12 +16,14 @@ from forward_helpers import greedy, prefill_logits
 from gguf_fixtures import write_tiny_gguf
 from test_safetensors_loader import write_hf_dir
 
-from forge.build import build_engine
 from forge.config import compose_config
-from forge.kernels.base import KernelBackend
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine
+from forge.kernels.base import KernelBackend, PackedLinear
 from forge.kernels.cpu import native
 from forge.models import llama
-from forge.models.decoder import DecoderModel, PackedLinear
+from forge.models.decoder import DecoderModel
 from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
 from forge.models.fast_weights import apply_weight_format
 from forge.models.gguf_file import GGUFError
@@ -29,8 +31,6 @@ from forge.models.gguf_loader import load_gguf
 from forge.models.llama import Llama
 from forge.models.registry import MODEL_REGISTRY
 from forge.models.safetensors_loader import load_safetensors, read_state_dict
-from forge.request import Request
-from forge.sampling_params import SamplingParams
 
 # ---------------------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from forward_helpers import BLOCK_SIZE, SingleSequence, greedy, prefill_logits
 from hf_reference import load_hf_gguf
 
 from forge.kernels.base import AttentionMetadata
-from forge.models.base import ForwardBatch
+from forge.kernels.batch import ForwardBatch
 from forge.models.fetch import gemma3_path
 from forge.models.gemma3 import Gemma3
 from forge.models.gguf_file import GGUFFile
@@ -201,11 +201,11 @@ def test_conf_model_gemma3_loads_it() -> None:
 def test_engine_greedy_matches_single_sequence_on_both_backends(model: Gemma3) -> None:
     """Through the engine (chunked prefill of a prompt longer than the window, batched decode):
     the same greedy tokens as one sequence alone, on backend=torch and on backend=cpu."""
-    from forge.build import build_engine
     from forge.config import compose_config
+    from forge.core.request import Request
+    from forge.core.sampling_params import SamplingParams
+    from forge.engine.build import build_engine
     from forge.kernels.cpu import native
-    from forge.request import Request
-    from forge.sampling_params import SamplingParams
 
     long_ids = model.tokenizer.encode(LONG_TEXT)[:505]
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:2]] + [long_ids]

@@ -10,7 +10,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from forge.config import compose_config
-from forge.redact import REDACTED, redact_config, redact_overrides
+from forge.results.redact import REDACTED, redact_config, redact_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS = ("secret-xyz", "sk-second-key")

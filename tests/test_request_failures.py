@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from forge.engine import Engine
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.engine import Engine
 from forge.llm import LLM
-from forge.request import Request
-from forge.sampling_params import SamplingParams
 
 PROMPTS = ["hello there", "the cat sat on the mat", "abcabcabc", "x"]
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from forge.build import build_engine
 from forge.config import compose_config
-from forge.runner import ModelRunner
-from forge.sim_runner import SimulationRunner
+from forge.engine.build import build_engine
+from forge.engine.runner import ModelRunner
+from forge.engine.sim_runner import SimulationRunner
 
 
 def test_the_generic_runner_does_not_import_cuda_graphs() -> None:
-    code = "import sys, forge.runner, forge.build; print('forge.kernels.cuda_graphs' in sys.modules)"
+    code = "import sys, forge.engine.runner, forge.engine.build; print('forge.kernels.cuda_graphs' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
 

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 import torch
 
-from forge.sampling import (
+from forge.core.sampling_params import SamplingParams
+from forge.sampling.sampler import (
     SampleRow,
     SamplingError,
     apply_penalties,
@@ -15,7 +16,6 @@ from forge.sampling import (
     sample,
     sample_each,
 )
-from forge.sampling_params import SamplingParams
 
 
 def test_top_k_top_p_min_p_keep_the_right_tokens() -> None:

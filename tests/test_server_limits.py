@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from forge.build import build_engine
 from forge.config import compose_config
+from forge.engine.build import build_engine
 from forge.server.app import app_from_config, build_app
 from forge.server.background import BackgroundServer
 from forge.server.settings import ServerSettings

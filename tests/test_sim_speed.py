@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from forge.build import build_engine, workload_requests
-from forge.clock import BatchShape
 from forge.config import compose_config
-from forge.engine import Engine
+from forge.core.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
+from forge.engine.build import build_engine, workload_requests
+from forge.engine.engine import Engine
+from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
 from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
-from forge.metrics import percentiles
 from forge.models.synthetic import SyntheticModel
-from forge.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
-from forge.request import Request
-from forge.runner import build_forward_batch
+from forge.results.metrics import percentiles
+from forge.sim.clock import BatchShape
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
 CASES = {

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from forge import LLM, SamplingParams
-from forge.build import build_engine
 from forge.config import compose_config
-from forge.engine import Engine
+from forge.core.request import Request
+from forge.engine.build import build_engine
+from forge.engine.engine import Engine
 from forge.main import run_offline
 from forge.models.synthetic import SyntheticModel
-from forge.request import Request
 from forge.spec.draft_model import DraftModelDrafter
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"

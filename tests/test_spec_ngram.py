@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from forge.request import Request
-from forge.sampling_params import SamplingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.spec.base import SpecDecodeStats, draft_limit
 from forge.spec.ngram import NgramDrafter, ngram_lookup
 

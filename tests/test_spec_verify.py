@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from forge.request import Request
-from forge.sampling import SampleRow, sample_row
-from forge.sampling_params import SamplingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.sampling.sampler import SampleRow, sample_row
 from forge.spec.verify import verify, verify_request
 
 ALPHA = 0.01

@@ -24,7 +24,7 @@ from forge.structured.cache import ByteBoundedCache
 from forge.structured.compile_pool import CompileBusy, CompilePool
 from forge.structured.outlines_backend import OutlinesBackend
 from forge.structured.xgrammar_backend import XGrammarBackend
-from forge.tokenizer import ByteTokenizer
+from forge.tokenizers.base import ByteTokenizer
 
 TIMEOUT_S = 2.0
 MARGIN_S = 20.0  # a killed worker's replacement and a loaded 2-core machine

@@ -10,12 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 if TYPE_CHECKING:
-    from forge.models.base import ForwardBatch, Model
+    from forge.kernels.batch import ForwardBatch
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ class AttentionMetadata:
         return max(self.seq_lens_cpu, default=0)
 
 
+class ForwardModel(Protocol):
+    """What a backend runs: every ``forge.models`` model (``Model.forward``)."""
+
+    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
+
+
 class KernelBackend(ABC):
     """Reference semantics are those of ``TorchBackend``; other backends must match them."""
 
@@ -85,7 +91,7 @@ class KernelBackend(ABC):
         ]
 
     def model_forward(
-        self, model: Model, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
+        self, model: ForwardModel, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
     ) -> Callable[[ForwardBatch], torch.Tensor]:
         """How the model runner runs ``model`` over ``kv_caches`` on this backend: a function of the
         batch returning what ``model.forward(batch, kv_caches, self)`` returns. The default is that
@@ -151,3 +157,14 @@ class KernelBackend(ABC):
 
     @abstractmethod
     def argmax(self, logits: torch.Tensor) -> torch.Tensor: ...
+
+
+class PackedLinear(ABC):
+    """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
+    ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
+
+    @abstractmethod
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+LinearWeight = torch.Tensor | PackedLinear

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
+from forge.kernels.base import AttentionMetadata, ForwardModel, KernelBackend, KVLayer, KVSpec, PackedLinear
 from forge.kernels.cuda.quant import QuantizedWeight
-from forge.models.decoder import PackedLinear
 
 if TYPE_CHECKING:
-    from forge.models.base import ForwardBatch, Model
+    from forge.kernels.batch import ForwardBatch
 
 
 class CudaBackend(KernelBackend):
@@ -73,7 +72,7 @@ class CudaBackend(KernelBackend):
         self._meta_device: Any = None
 
     def model_forward(
-        self, model: Model, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
+        self, model: ForwardModel, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
     ) -> Callable[[ForwardBatch], torch.Tensor]:
         """Decode steps replay CUDA graphs (``forge.kernels.cuda_graphs``; eager when ``cuda_graphs``
         is off or the batch does not qualify)."""

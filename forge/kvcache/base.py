@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from forge.request import Request
+from forge.core.request import Request
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ fork with copy-on-write, and swapping to a CPU pool."""
 
 from __future__ import annotations
 
+from forge.core.request import Request
 from forge.kvcache.base import BlockOps, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import Block, BlockPool
-from forge.request import Request
 
 
 def chain_hash(parent: int, tokens: tuple[int, ...]) -> int:

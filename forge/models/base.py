@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
-from forge.tokenizer import Tokenizer
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec
+from forge.kernels.batch import ForwardBatch
+from forge.tokenizers.base import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -40,25 +41,11 @@ class ModelDims:
 
 
 @dataclass(frozen=True)
-class ForwardBatch:
-    """Flat batch of the tokens scheduled this step.
-
-    ``logits_indices`` are the rows of the flat batch whose next-token logits the caller
-    needs (one per sampling request, several for requests verifying drafts).
-    """
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    attn: AttentionMetadata
-    logits_indices: torch.Tensor
-
-
-@dataclass(frozen=True)
 class OneHotLogits:
     """Logits kept on the host: row i is ``value`` at column ``tokens[i]`` and 0 elsewhere.
 
-    What a model with no arithmetic returns from ``forward_host`` (``forge.sim_runner.HostModel``); ``dense()`` is the
-    float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
+    What a model with no arithmetic returns from ``forward_host`` (``forge.engine.sim_runner.HostModel``);
+    ``dense()`` is the float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
     its ``tokens`` entry, so greedy sampling needs no tensor at all."""
 
     tokens: list[int]

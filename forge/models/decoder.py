@@ -18,27 +18,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import torch
 
-from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.models.base import ForwardBatch, Model, ModelDims
-from forge.tokenizer import Tokenizer
-
-
-class PackedLinear(ABC):
-    """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
-    ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
-
-    @abstractmethod
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
-
-
-LinearWeight = torch.Tensor | PackedLinear
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec, LinearWeight, PackedLinear
+from forge.kernels.batch import ForwardBatch
+from forge.models.base import Model, ModelDims
+from forge.tokenizers.base import Tokenizer
 
 
 def apply_linear(backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:

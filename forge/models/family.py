@@ -18,7 +18,7 @@ import torch
 
 from forge.models.decoder import DecoderModel
 from forge.models.gguf_file import GGUFFile
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 
 class CheckpointError(ValueError):

@@ -35,8 +35,9 @@ from typing import Any, TypeVar
 
 import torch
 
+from forge.kernels.base import LinearWeight, PackedLinear
 from forge.kernels.cpu import native
-from forge.models.decoder import DecoderModel, LinearWeight, PackedLinear
+from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
 INT4_GROUP_SIZE = 32

@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from forge.kernels.base import KernelBackend
-from forge.models.decoder import DecoderLayer, DecoderModel, LinearWeight, TensorReader, rope_cos_sin
+from forge.kernels.base import KernelBackend, LinearWeight
+from forge.models.decoder import DecoderLayer, DecoderModel, TensorReader, rope_cos_sin
 from forge.models.family import GGUFFormat, ModelFamily
 from forge.models.gguf_file import GGUFError, GGUFFile
 from forge.models.gguf_metadata import LINEAR_NAMES, context_length, metadata_key, rope_scaling
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from forge.gguf_tokenizer import GGUFTokenizerError, tokenizer_from_gguf
 from forge.models.decoder import DecoderModel
 from forge.models.family import GGUFFormat, ModelFamily, ModelRegistry
 from forge.models.fast_weights import apply_weight_format
@@ -23,7 +22,8 @@ from forge.models.fetch import gemma3_path, smollm2_path
 from forge.models.gguf_file import GGUFError, GGUFFile
 from forge.models.gguf_metadata import GLOBAL_NAMES, ROPE_FREQS
 from forge.models.registry import MODEL_REGISTRY
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
+from forge.tokenizers.gguf import GGUFTokenizerError, tokenizer_from_gguf
 
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 

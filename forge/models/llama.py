@@ -21,7 +21,7 @@ from forge.models.decoder import DecoderLayer, DecoderModel, TensorReader, apply
 from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_metadata import LINEAR_NAMES, context_length, metadata_key, rope_scaling, unpermute_qk
-from forge.tokenizer import ByteTokenizer, Tokenizer
+from forge.tokenizers.base import ByteTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from forge.models.decoder import DecoderModel
 from forge.models.family import CheckpointError, HFFormat, ModelFamily, ModelRegistry
 from forge.models.fast_weights import apply_weight_format
 from forge.models.registry import MODEL_REGISTRY
-from forge.tokenizers_hf import load_hf_tokenizer
+from forge.tokenizers.hf import load_hf_tokenizer
 
 __all__ = ["CheckpointError", "config_from_hf", "load_safetensors", "read_state_dict", "shard_files"]
 

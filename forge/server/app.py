@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from forge.engine import Engine
+from forge.engine.engine import Engine
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
@@ -448,8 +448,8 @@ def model_choice_name(cfg: DictConfig) -> str:
 
 
 def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
-    from forge.build import build_engine
     from forge.config import validate
+    from forge.engine.build import build_engine
 
     validate(cfg)
     settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()

@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from forge.engine import Engine
-from forge.outputs import RequestOutput
-from forge.request import Request
+from forge.core.outputs import RequestOutput
+from forge.core.request import Request
+from forge.engine.engine import Engine
 from forge.server.metrics import ServerMetrics, ServingRecorder
 
 log = logging.getLogger("forge.server")

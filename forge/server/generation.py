@@ -10,14 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from forge.outputs import RequestOutput
-from forge.request import Request
-from forge.sampling_params import SamplingParams
+from forge.core.outputs import RequestOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
 from forge.structured.base import ConstraintSpec, Grammar, GrammarError
 from forge.structured.compile_pool import CompileBusy, CompilePool
-from forge.tokenizer import IncrementalDetokenizer, Tokenizer
+from forge.tokenizers.base import IncrementalDetokenizer, Tokenizer
 
 MAX_CHOICES = 256
 MAX_STOP_STRINGS = 16

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from forge.sampling_params import (
+from forge.core.sampling_params import (
     PENALTY_MAX,
     REPETITION_PENALTY_MAX,
     REPETITION_PENALTY_MIN,

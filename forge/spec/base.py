@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge.request import Request
+from forge.core.request import Request
 
 
 @dataclass(frozen=True)

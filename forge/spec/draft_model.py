@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import torch
 
+from forge.core.outputs import ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
 from forge.kernels.base import KernelBackend, KVLayer
+from forge.kernels.batch import build_forward_batch
 from forge.kvcache.paged import PagedKVCache
 from forge.models.base import Model
 from forge.models.llama import Llama, LlamaConfig, random_state_dict, tiny_config
-from forge.outputs import ScheduledRequest, SchedulerOutput
-from forge.request import Request
-from forge.runner import build_forward_batch
-from forge.sampling import processed_probs, request_seed, row_generator
+from forge.sampling.sampler import processed_probs, request_seed, row_generator
 from forge.spec.base import Draft, Drafter
-from forge.tokenizer import ByteTokenizer
+from forge.tokenizers.base import ByteTokenizer
 
 _DRAFT_SALT = 0x5EED_D4AF7
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from forge.request import Request
-from forge.sampling import SampleRow, apply_penalties, draw, processed_probs, row_generator, top_logprobs
+from forge.core.request import Request
+from forge.sampling.sampler import SampleRow, apply_penalties, draw, processed_probs, row_generator, top_logprobs
 
 
 def verify(

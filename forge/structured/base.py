@@ -1,5 +1,5 @@
 """Structured output: a request's spec (JSON schema, any JSON object, or a regex) compiled once
-into a grammar, and a per-request ``TokenConstraint`` (see ``forge.request``) built from it.
+into a grammar, and a per-request ``TokenConstraint`` (see ``forge.core.request``) built from it.
 
 Contract of a backend (one file + one ``conf/structured/<name>.yaml``):
 
@@ -114,7 +114,7 @@ def fit_mask(mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 class Constraint(ABC):
-    """One request's automaton state (implements ``forge.request.TokenConstraint``)."""
+    """One request's automaton state (implements ``forge.core.request.TokenConstraint``)."""
 
     @abstractmethod
     def allowed_mask(self, vocab_size: int) -> torch.Tensor | None: ...

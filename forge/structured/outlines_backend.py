@@ -10,7 +10,7 @@ from forge.structured.base import CompileLimits, Constraint, ConstraintSpec, Gra
 from forge.structured.dfa import DFABuilder, DFATables
 from forge.structured.guide import DFAConstraint, DFAGuide
 from forge.structured.vocab import grammar_vocab
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 
 class DFAGrammar(Grammar):

@@ -40,7 +40,7 @@ from forge.structured.base import (
 from forge.structured.dfa import DFATables, build_tables, spec_to_regex
 from forge.structured.guide import DFAConstraint, DFAGuide
 from forge.structured.vocab import grammar_vocab
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 _BITS = torch.arange(32, dtype=torch.int32)
 
