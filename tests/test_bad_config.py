@@ -131,7 +131,10 @@ def _run_py(*overrides: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
         (["model=synthetic", "+engine.foo=1"], "engine.foo: not a setting"),
         (["model=synthetic", "kvcache.num_blocks=-3"], "kvcache.num_blocks must be >= 1, got -3"),
         (["model=tiny", "engine.max_model_len=8192"], "engine.max_model_len=8192 exceeds"),
-        (["model=synthetic", "sampling.temperature=-1"], "sampling: temperature must be >= 0, got -1"),
+        (
+            ["model=synthetic", "sampling.temperature=-1"],
+            "sampling: temperature must be 0 or finite and in [0.01, 100.0], got -1",
+        ),
     ],
 )
 def test_run_py_prints_a_config_error_as_one_line(overrides: list[str], message: str, tmp_path: Path) -> None:

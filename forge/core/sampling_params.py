@@ -17,11 +17,12 @@ SEED_MIN = -(1 << 63)
 SEED_MAX = (1 << 64) - 1
 
 
-def _check(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
-    """``value`` finite and in [low, high] (``(low, high]`` when ``low_open``)."""
+def _check(name: str, value: float, low: float, high: float, low_open: bool = False, or_zero: bool = False) -> None:
+    """``value`` finite and in [low, high] (``(low, high]`` when ``low_open``; 0 too when ``or_zero``)."""
     inside = math.isfinite(value) and (low < value if low_open else low <= value) and value <= high
-    if not inside:
-        raise ValueError(f"{name} must be finite and in {'(' if low_open else '['}{low}, {high}], got {value}")
+    if not inside and not (or_zero and value == 0.0):
+        interval = f"{'(' if low_open else '['}{low}, {high}]"
+        raise ValueError(f"{name} must be {'0 or ' if or_zero else ''}finite and in {interval}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,7 @@ class SamplingParams:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature != 0.0:
-            _check("temperature", self.temperature, TEMPERATURE_MIN, TEMPERATURE_MAX)
+        _check("temperature", self.temperature, TEMPERATURE_MIN, TEMPERATURE_MAX, or_zero=True)
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         _check("top_p", self.top_p, 0.0, 1.0, low_open=True)
