@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from typing import Any
 
@@ -134,3 +135,12 @@ def test_request_seeds_are_stable_hashes() -> None:
     assert request_seed(None, 0, "a") == request_seed(None, 0, "a") != request_seed(None, 0, "b")
     assert request_seed(None, 0, "a") != request_seed(None, 1, "a")
     assert request_seed(None, 0, "req-1") == -6492465261225725540  # the same in every process
+
+
+def test_sampling_params_are_immutable_all_the_way_down() -> None:
+    params = SamplingParams(stop_token_ids=[3, 4])
+    assert params.stop_token_ids == (3, 4)
+    with pytest.raises(AttributeError):
+        params.stop_token_ids.append(5)  # type: ignore[attr-defined]  # a tuple: no append
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.temperature = 0.5  # type: ignore[misc]  # frozen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # The ranges every path (server, library, workloads) enforces; in them no float32 step of the
@@ -27,7 +28,8 @@ def _check(name: str, value: float, low: float, high: float, low_open: bool = Fa
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request samples its tokens (immutable; ``dataclasses.replace`` derives variants).
+    """How one request samples its tokens (immutable, sequences kept as tuples; ``dataclasses.replace``
+    derives variants).
 
     ``temperature == 0`` is greedy; otherwise it lies in [TEMPERATURE_MIN, TEMPERATURE_MAX]. Every
     float is finite and within the module's ranges (checked at construction). Sampled requests
@@ -41,7 +43,7 @@ class SamplingParams:
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop_token_ids: Sequence[int] = ()  # kept as a tuple
     ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -68,7 +70,7 @@ class SamplingParams:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}], got {self.seed}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
-        object.__setattr__(self, "stop_token_ids", list(self.stop_token_ids))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "plain_greedy", self.greedy and self.logprobs is None and not self.needs_penalties)
 
     @property

@@ -5,6 +5,7 @@ with text that could be the start of one held back), stop token ids, and logprob
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,7 +335,7 @@ class ChoiceText:
     """One choice's text as its tokens arrive. ``push`` returns what may be sent now; a matched
     stop string ends the choice (``finish_reason="stop"``; the caller aborts the request)."""
 
-    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: list[int]) -> None:
+    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: Sequence[int]) -> None:
         self.tokenizer = tokenizer
         self.matcher = StopMatcher(stop_strings) if stop_strings else None
         self.stop_token_ids = set(stop_token_ids)
