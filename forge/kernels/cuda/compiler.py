@@ -75,9 +75,7 @@ class KernelLibrary:
     stream to launch on, at each launch.
     """
 
-    def __init__(
-        self, cupy: Any, device_index: int, max_shared_memory: int, stream_handle: Callable[[], int]
-    ) -> None:
+    def __init__(self, cupy: Any, device_index: int, max_shared_memory: int, stream_handle: Callable[[], int]) -> None:
         self._cupy = cupy
         self.device_index = device_index
         self._device = cupy.cuda.Device(device_index)

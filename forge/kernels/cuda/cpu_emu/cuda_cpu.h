@@ -555,8 +555,8 @@ inline void resolve_barrier(Runtime* rt) {
     for (unsigned i = 0; i < rt->count; ++i) rt->fibers[i].state = State::Ready;
 }
 
-extern "C" char __start_forge_emu_shared[] __attribute__((weak));
-extern "C" char __stop_forge_emu_shared[] __attribute__((weak));
+extern "C" char __start_forge_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_forge_emu_shared[] __attribute__((weak, visibility("hidden")));
 
 inline size_t static_shared_bytes() {
     return __start_forge_emu_shared ? (size_t)(__stop_forge_emu_shared - __start_forge_emu_shared) : 0;

@@ -91,13 +91,17 @@ class CpuKernel:
         self.check(grid3, block3, args, shared_mem)
         self.runtime.submit(lambda: self.run(grid3, block3, args, shared_mem))
 
-    def check(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...], shared: int) -> None:
+    def check(
+        self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...], shared: int
+    ) -> None:
         k = self.kernel
         threads = block[0] * block[1] * block[2]
         if any(b < 1 for b in block) or any(b > m for b, m in zip(block, MAX_BLOCK, strict=True)) or threads > 1024:
             raise CudaLaunchError(f"{k.name}: block {block} exceeds CUDA's limits (1024 threads, z <= 64)")
         if threads > k.max_threads:
-            raise CudaLaunchError(f"{k.name}: {threads} threads per block exceed its __launch_bounds__ ({k.max_threads})")
+            raise CudaLaunchError(
+                f"{k.name}: {threads} threads per block exceed its __launch_bounds__ ({k.max_threads})"
+            )
         if any(g < 1 for g in grid) or any(g > m for g, m in zip(grid, MAX_GRID, strict=True)):
             raise CudaLaunchError(f"{k.name}: grid {grid} exceeds CUDA's limits {MAX_GRID}")
         if shared < 0 or shared + self.static_shared > self.runtime.max_shared_memory:
@@ -115,7 +119,9 @@ class CpuKernel:
         for i, arg in enumerate(args):
             name, size, kind = k.param_names[i], k.param_sizes[i], k.param_kinds[i]
             if not isinstance(arg, np.generic):
-                raise CudaLaunchError(f"{k.name}: argument {i} ({name}) must be a NumPy scalar, got {type(arg).__name__}")
+                raise CudaLaunchError(
+                    f"{k.name}: argument {i} ({name}) must be a NumPy scalar, got {type(arg).__name__}"
+                )
             ok = arg.itemsize == size and (
                 (kind == "p" and isinstance(arg, np.integer))
                 or (kind in "iu" and isinstance(arg, np.integer))
@@ -186,12 +192,12 @@ class _CudaNamespace:
     def __init__(self, runtime: CpuCuda) -> None:
         self._runtime = runtime
 
-    def Device(self, index: int = 0) -> _NoOpContext:  # noqa: N802 - CuPy's name
+    def Device(self, index: int = 0) -> _NoOpContext:
         if index != 0:
             raise CudaLaunchError(f"the CPU layer has one device (0), not {index}")
         return _NoOpContext()
 
-    def ExternalStream(self, handle: int, device_id: int = 0) -> _NoOpContext:  # noqa: N802 - CuPy's name
+    def ExternalStream(self, handle: int, device_id: int = 0) -> _NoOpContext:
         return _NoOpContext()
 
 
@@ -213,7 +219,7 @@ class CpuCuda:
         self.cuda = _CudaNamespace(self)
         self.graphs = CpuGraphs()
 
-    def RawModule(  # noqa: N802 - CuPy's name
+    def RawModule(
         self, code: str, options: tuple[str, ...] = (), name_expressions: tuple[str, ...] | None = None
     ) -> CpuRawModule:
         return CpuRawModule(self, code, options, name_expressions)
