@@ -468,3 +468,44 @@ def test_q8_0_weights_stay_quantized_end_to_end(dev: Device) -> None:  # type: i
             setattr(q_layer, name, cuda.pack_quantized(w))
             setattr(d_layer, name, dequantize_reference(w).to(device).contiguous())
     assert _greedy(quantized, cuda, PROMPTS, 30) == _greedy(dense, cuda, PROMPTS, 30)
+
+
+def test_engine_greedy_equals_torch_backend(dev: Device) -> None:
+    """The engine (scheduler, ModelRunner and its GraphRunner) on backend=cuda: requests of
+    different lengths finish at different steps, so decode batches of 4, 3, 2 and 1 replay
+    graphs of buckets 4, 2 and 1; the tokens are TorchBackend's."""
+    from forge import LLM, SamplingParams
+
+    prompts = ["Hello, forge", [256, 72, 105], "a somewhat longer prompt about kernels", "x"]
+    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (10, 6, 3, 8)]
+    model = ["model=tiny", "model.dtype=float32"]
+    want = [o.token_ids for o in LLM(*model, "backend=torch", f"backend.device={dev.name}").generate(prompts, params)]
+    runtime = "cpu" if dev.runtime is not None else "null"
+    llm = LLM(*model, "backend=cuda", f"backend.device={dev.name}", f"backend.runtime={runtime}")
+    assert [o.token_ids for o in llm.generate(prompts, params)] == want
+    graphs = llm.engine.runner.graphs
+    assert graphs is not None and graphs.enabled
+    if dev.runtime is not None:
+        replays = [g.replays for g in llm.engine.runner.backend.graph_api.captured]
+        assert len(replays) == len(graphs.buckets) and sum(replays) >= 8
+
+
+@pytest.mark.realmodel
+def test_smollm2_greedy_equals_torch_backend(dev: Device) -> None:
+    """SmolLM2-135M (float32 weights dequantized from the Q4_1 GGUF): a few greedy steps on
+    backend=cuda, eager and through GraphRunner, give TorchBackend's tokens."""
+    from forge.kernels.cuda_graphs import GraphRunner
+    from forge.models.fetch import smollm2_path
+    from forge.models.gguf_loader import load_gguf
+
+    model = load_gguf(str(smollm2_path()), device=dev.name, max_position=512)
+    prompts = [model.tokenizer.encode(p) for p in ("The capital of France is", "def fibonacci(n):")]
+    steps = 4
+    want = _greedy(model, dev.oracle, prompts, steps)
+    assert _greedy(model, dev.cuda, prompts, steps) == want
+    graphed = dev.backend(cuda_graphs=True)
+    per_seq = math.ceil((max(len(p) for p in prompts) + steps + 1) / 16)
+    kv = graphed.allocate_kv_cache(model.kv_spec, 1 + per_seq * len(prompts), 16)
+    warmup = 2 if dev.runtime is None else 0  # warm-up runs settle the GPU's allocator; nothing to settle on the CPU
+    runner = GraphRunner(model, kv, graphed, max_num_seqs=2, max_blocks_per_seq=per_seq, warmup_runs=warmup)
+    assert _greedy(model, graphed, prompts, steps, runner=runner) == want

@@ -41,9 +41,10 @@ class CudaBackend(KernelBackend):
         gemv_max_rows: int = 8,
         runtime: Any = None,
     ) -> None:
-        """``runtime``: None runs on a CUDA GPU through CuPy; a ``forge.kernels.cuda.cpu_emu.CpuCuda``
-        runs the same kernels, launch code and graphs on the CPU under CUDA's execution model
-        (``device`` is then ``cpu``): a correctness tool for machines without a GPU."""
+        """``runtime``: None runs on a CUDA GPU through CuPy; ``"cpu"`` (or a
+        ``forge.kernels.cuda.cpu_emu.CpuCuda``) runs the same kernels, launch code and graphs on
+        the CPU under CUDA's execution model, with ``device`` ``cpu``: a correctness tool for
+        machines without a GPU (``backend=cuda backend.device=cpu backend.runtime=cpu``), slow."""
         from forge.kernels.cuda.compiler import (
             KernelLibrary,
             device_shared_memory,
@@ -53,6 +54,12 @@ class CudaBackend(KernelBackend):
         )
         from forge.kernels.cuda.ops import GEMV_MAX_M, CudaOps
 
+        if runtime == "cpu":
+            from forge.kernels.cuda.cpu_emu import CpuCuda
+
+            runtime = CpuCuda()
+        elif runtime is not None and not hasattr(runtime, "RawModule"):
+            raise ValueError(f"runtime must be None, 'cpu' or a CpuCuda, got {runtime!r}")
         if runtime is None:
             missing = missing_requirements()
             if missing:

@@ -55,12 +55,14 @@ class CpuGraph:
     def __init__(self) -> None:
         self.ops: list[Callable[[], None]] = []
         self.captured = False
+        self.replays = 0
 
     def replay(self) -> None:
         if not self.captured:
             raise RuntimeError("replay of a graph that was never captured")
         for op in self.ops:
             op()
+        self.replays += 1
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -123,6 +125,7 @@ class CpuGraphs:
 
     def __init__(self) -> None:
         self._capturing: CpuGraph | None = None
+        self.captured: list[CpuGraph] = []  # every graph captured through this API, in order
 
     @staticmethod
     def is_available() -> bool:
@@ -168,6 +171,7 @@ class CpuGraphs:
         finally:
             self._capturing = None
         graph.captured = True
+        self.captured.append(graph)
         for t in created:  # a GPU computes nothing during capture
             if t.is_floating_point():
                 t.fill_(float("nan"))
