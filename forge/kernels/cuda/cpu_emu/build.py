@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import mmap
 import os
 import platform
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -153,7 +155,50 @@ def build(source: str, options: tuple[str, ...] = (), extra_flags: tuple[str, ..
 
 
 class LaunchConfig(ctypes.Structure):
-    _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("shared_mem", ctypes.c_uint64)]
+    _fields_ = [
+        ("grid", ctypes.c_uint32 * 3),
+        ("block", ctypes.c_uint32 * 3),
+        ("shared_mem", ctypes.c_uint64),
+        ("arena", ctypes.c_void_p),
+        ("arena_size", ctypes.c_uint64),
+        ("page", ctypes.c_uint64),
+    ]
+
+
+# The arena's layout; cuda_cpu.h checks each launch's arena against its own constants.
+ARENA_THREADS = 1024
+STACK_BYTES = 128 * 1024
+MAX_DYNAMIC_SHARED = 227 * 1024
+
+
+@dataclass(frozen=True)
+class Arena:
+    """The fiber stacks (each above a PROT_NONE page) and the dynamic shared memory (then a
+    PROT_NONE page) that every module's launches use, one launch at a time (``lock``). One
+    arena per process keeps the number of mappings (each guard page splits one) independent of
+    the number of modules loaded."""
+
+    memory: mmap.mmap
+    address: int
+    size: int
+    page: int
+    lock: threading.Lock
+
+
+@cache
+def arena() -> Arena:
+    page = mmap.PAGESIZE
+    stacks = ARENA_THREADS * (page + STACK_BYTES)
+    smem = -(-MAX_DYNAMIC_SHARED // page) * page
+    size = stacks + smem + page
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    guards = [address + i * (page + STACK_BYTES) for i in range(ARENA_THREADS)] + [address + stacks + smem]
+    if any(libc.mprotect(g, page, 0) != 0 for g in guards):  # PROT_NONE
+        raise EmulatorBuildError(f"mprotect failed for the CPU layer's guard pages (errno {ctypes.get_errno()})")
+    return Arena(memory, address, size, page, threading.Lock())
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,9 @@ struct Launch {
     uint32_t grid[3];
     uint32_t block[3];
     uint64_t shared_mem;
+    unsigned char* arena;  // see setup()
+    uint64_t arena_size;
+    uint64_t page;
 };
 
 using Invoke = void (*)(void* kernel, void** args);
@@ -624,30 +627,30 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
     siglongjmp(rt->fault_jump, 1);
 }
 
-inline bool setup(Runtime* rt, char* err, size_t err_len) {
-    if (rt->stacks) return true;
-    rt->page = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t per = rt->page + kStackBytes;
-    void* stacks = mmap(nullptr, per * kMaxThreads, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                        -1, 0);
-    const size_t smem = (kMaxDynamicShared + rt->page - 1) / rt->page * rt->page;
-    void* region = mmap(nullptr, smem + rt->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (stacks == MAP_FAILED || region == MAP_FAILED) {
-        snprintf(err, err_len, "mmap failed for the fiber stacks or shared memory");
+// The memory every module's launches share, one launch at a time, allocated and guarded by
+// the loader (forge.kernels.cuda.cpu_emu.build.arena): kMaxThreads stacks of kStackBytes,
+// each above a PROT_NONE page, then dynamic shared memory rounded up to pages and a PROT_NONE
+// page after it.
+inline size_t smem_bytes(size_t page) { return (kMaxDynamicShared + page - 1) / page * page; }
+inline size_t arena_bytes(size_t page) { return kMaxThreads * (page + kStackBytes) + smem_bytes(page) + page; }
+
+inline bool setup(Runtime* rt, const Launch* launch, char* err, size_t err_len) {
+    if (launch->arena_size != arena_bytes(launch->page)) {
+        snprintf(err, err_len, "the loader's arena (%llu bytes) does not match cuda_cpu.h's layout (%zu bytes)",
+                 (unsigned long long)launch->arena_size, arena_bytes(launch->page));
         return false;
     }
-    rt->stacks = static_cast<unsigned char*>(stacks);
-    for (unsigned i = 0; i < kMaxThreads; ++i) mprotect(rt->stacks + (size_t)i * per, rt->page, PROT_NONE);
-    rt->smem_region = static_cast<unsigned char*>(region);
-    rt->guard = rt->smem_region + smem;
-    mprotect(rt->guard, rt->page, PROT_NONE);
+    rt->page = launch->page;
+    rt->stacks = launch->arena;
+    rt->smem_region = launch->arena + kMaxThreads * (rt->page + kStackBytes);
+    rt->guard = rt->smem_region + smem_bytes(rt->page);
     return true;
 }
 
 // Runs kernel over the grid. Returns 0, or 1 with the error message in err.
 inline int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, void** args, char* err,
                size_t err_len) {
-    if (!setup(rt, err, err_len)) return 1;
+    if (!setup(rt, launch, err, err_len)) return 1;
     const unsigned threads = launch->block[0] * launch->block[1] * launch->block[2];
     if (threads == 0 || threads > kMaxThreads || launch->shared_mem > kMaxDynamicShared) {
         snprintf(err, err_len, "invalid launch: %u threads, %llu bytes of dynamic shared memory", threads,

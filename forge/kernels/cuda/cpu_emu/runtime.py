@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +140,10 @@ class CpuKernel:
         for i, arg in enumerate(args):
             ctypes.memmove(base + 8 * i, arg.tobytes(), arg.itemsize)
         pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
-        config = build.LaunchConfig(grid, block, shared)
+        arena = build.arena()
+        config = build.LaunchConfig(grid, block, shared, arena.address, arena.size, arena.page)
         error = ctypes.create_string_buffer(2048)
-        with self.runtime.lock:
+        with arena.lock:
             failed = self.kernel.launch(ctypes.byref(config), ctypes.addressof(pointers), error, len(error))
         if failed:
             message = error.value.decode(errors="replace")
@@ -205,7 +205,7 @@ class CpuCuda:
     """The CPU layer: a CuPy stand-in (``RawModule``, ``cuda``) and a graph API (``graphs``).
 
     ``extra_flags``: additional compiler flags (tests build the ucontext variant with
-    ``-DFORGE_EMU_UCONTEXT``). One instance per backend; launches are serialized by ``lock``.
+    ``-DFORGE_EMU_UCONTEXT``). Launches of all instances share one arena and run one at a time.
     """
 
     device_type = "cpu"
@@ -215,7 +215,6 @@ class CpuCuda:
             raise ValueError(f"max_shared_memory must be in {DEFAULT_SHARED_MEMORY}..{MAX_SHARED_MEMORY_OPTIN}")
         self.max_shared_memory = max_shared_memory
         self.extra_flags = extra_flags
-        self.lock = threading.Lock()
         self.cuda = _CudaNamespace(self)
         self.graphs = CpuGraphs()
 
