@@ -251,16 +251,16 @@ def _attention_case(
     return query, k_cache, v_cache, meta
 
 
-def _check_attention(dev: Device, dtype, query, k_cache, v_cache, meta) -> None:  # type: ignore[no-untyped-def]
+def _check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=None) -> None:  # type: ignore[no-untyped-def]
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     head_dim = query.shape[-1]
     scale = head_dim**-0.5
     out = poisoned(query.shape, dtype, device)
-    cuda.ops.attention(out, query, k_cache, v_cache, cuda._device_meta(meta), scale)
+    cuda.ops.attention(out, query, k_cache, v_cache, cuda._device_meta(meta), scale, window)
     # The oracle's batched decode gathers padded positions too (0 * NaN would poison it):
     # it gets the same caches with the poison zeroed, the kernel the poisoned ones.
     kv32 = (k_cache.float().nan_to_num(), v_cache.float().nan_to_num())
-    expected = oracle.attention(query.float(), kv32, meta, scale)
+    expected = oracle.attention(query.float(), kv32, meta, scale, window)
     assert_close(out, expected, dtype)
 
 
@@ -306,6 +306,25 @@ def test_prefill_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, g
     device = dev.name
     case = _attention_case(dtype, 16, kv_heads, gqa, head_dim, [70, 9], [70, 200], seed=head_dim + gqa, device=device)
     _check_attention(dev, dtype, *case)
+
+
+@pytest.mark.parametrize(
+    "dtype,window",
+    [
+        (torch.float32, 1),
+        *((d, 37) for d in DTYPES),
+        (torch.float32, 600),  # a window over two decode partitions that start mid-context
+        *(full(d, w) for d in (torch.float16, torch.bfloat16) for w in (1, 600)),
+        *(full(d, 100) for d in DTYPES),
+    ],
+)
+def test_sliding_window_attention(dev: Device, dtype: torch.dtype, window: int) -> None:
+    """Sliding-window attention (Gemma-3's local layers): decode rows and prefill chunks over a
+    cached prefix, windows shorter and longer than chunks, contexts and a partition."""
+    query_lens = [37, 1, 100, 2, 1, 300, 5]
+    seq_lens = [37, 90, 613, 50, 1100, 300, 1029]
+    case = _attention_case(dtype, 16, 2, 4, 64, query_lens, seq_lens, seed=window, device=dev.name)
+    _check_attention(dev, dtype, *case, window=window)
 
 
 def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None:  # type: ignore[no-untyped-def]
@@ -509,3 +528,19 @@ def test_smollm2_greedy_equals_torch_backend(dev: Device) -> None:
     warmup = 2 if dev.runtime is None else 0  # warm-up runs settle the GPU's allocator; nothing to settle on the CPU
     runner = GraphRunner(model, kv, graphed, max_num_seqs=2, max_blocks_per_seq=per_seq, warmup_runs=warmup)
     assert _greedy(model, graphed, prompts, steps, runner=runner) == want
+
+
+@pytest.mark.realmodel
+def test_gemma3_greedy_equals_torch_backend(dev: Device) -> None:
+    """Gemma-3-270M on backend=cuda (which had no sliding-window kernel before): its local
+    layers' window is cut to 8 so that the prompts outgrow it, on both backends alike."""
+    import dataclasses
+
+    from forge.models.fetch import gemma3_path
+    from forge.models.gguf_loader import load_gguf
+
+    model = load_gguf(str(gemma3_path()), device=dev.name, max_position=512)
+    model.layers = [dataclasses.replace(layer, window=8) if layer.window else layer for layer in model.layers]
+    assert any(layer.window for layer in model.layers) and any(layer.window is None for layer in model.layers)
+    prompts = [model.tokenizer.encode(p) for p in ("The capital of France is the city of", "def fibonacci(n):")]
+    assert _greedy(model, dev.cuda, prompts, 3) == _greedy(model, dev.oracle, prompts, 3)

@@ -112,15 +112,10 @@ class CudaBackend(KernelBackend):
     def attention(
         self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
     ) -> torch.Tensor:
-        if window is not None:
-            raise NotImplementedError(
-                "backend=cuda has no sliding-window attention kernel yet (models with windowed layers, such as "
-                "Gemma-3, need backend=torch or backend=cpu)"
-            )
         k_cache, v_cache = kv
         q = _kv_layout(query.to(k_cache.dtype))
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        self.ops.attention(out, q, k_cache, v_cache, self._device_meta(meta), scale)
+        self.ops.attention(out, q, k_cache, v_cache, self._device_meta(meta), scale, window)
         return out.to(query.dtype)
 
     def _device_meta(self, meta: AttentionMetadata) -> Any:
