@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from forge.models.fetch import cache_dir
 
@@ -206,7 +207,7 @@ class LoadedKernel:
     """One kernel's entry points and what the launch checks need to know about it."""
 
     name: str
-    launch: ctypes._CFuncPtr
+    launch: Any  # the ctypes function of the launch entry point
     param_names: tuple[str, ...]
     param_sizes: tuple[int, ...]
     param_kinds: str  # per parameter: p(ointer) f(loat) i/u (signed/unsigned integer) o(ther)

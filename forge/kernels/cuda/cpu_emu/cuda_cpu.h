@@ -25,7 +25,7 @@
 // Entry points (extern "C", generated per kernel by the loader, see forge_emu::launch):
 // launching a kernel, describing its parameters (size and kind of each) for the argument
 // checks, and the static shared memory size. Launches must not run concurrently (the Python
-// side holds a lock): blocks share one scheduler and the static shared section.
+// side holds a lock): they share the arena of fiber stacks and shared memory it allocates.
 #pragma once
 
 #include <math.h>
@@ -35,7 +35,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -263,9 +262,10 @@ struct Launch {
 
 using Invoke = void (*)(void* kernel, void** args);
 
-// Everything one launch needs; one instance per loaded module (a static in launch()).
+// Everything one launch needs; one instance per loaded module (runtime()). The memory it
+// points into (stacks, shared memory) is the process's arena, passed with each launch.
 struct Runtime {
-    // fibers and their stacks
+    // fibers and their stacks (in the arena)
     Fiber fibers[kMaxThreads];
     unsigned char* stacks = nullptr;  // kMaxThreads * (page + kStackBytes)
     size_t page = 0;
@@ -579,13 +579,12 @@ inline void run_block(Runtime* rt) {
         init_fiber(rt, f, i);
     }
     for (;;) {
-        bool ran = false;
+        // Every ready thread runs to its next synchronisation point (or its end), in order.
         for (unsigned i = 0; i < rt->count; ++i) {
             Fiber* f = rt->fibers + i;
             if (f->state != State::Ready) continue;
             rt->current = f;
             switch_context(&rt->sched, &f->ctx);
-            ran = true;
             if (rt->failed) return;
         }
         if (resolve_warps(rt)) continue;
@@ -595,7 +594,6 @@ inline void run_block(Runtime* rt) {
         if (all_exited) break;
         resolve_barrier(rt);
         if (rt->failed) return;
-        (void)ran;
     }
     // Bytes between the end of the launch's dynamic shared memory and the guard page (at
     // most 15, alignment) must still hold the fill.
