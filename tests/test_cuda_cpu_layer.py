@@ -64,6 +64,15 @@ extern "C" __global__ void shared_reader(float* out, int index) {
     out[threadIdx.x] = dyn[index];
 }
 
+// Reads the value the previous (or next) thread wrote: correct only with the barrier.
+extern "C" __global__ void neighbours(float* out, int offset, int with_barrier) {
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    if (with_barrier) __syncthreads();
+    const int j = (int)threadIdx.x + offset;
+    out[blockIdx.x * 64 + threadIdx.x] = s[j >= 0 && j < 64 ? j : threadIdx.x];
+}
+
 extern "C" __global__ void __launch_bounds__(64) bounded(float* out, double scale, int n) {
     if (threadIdx.x < n) out[threadIdx.x] = (float)scale;
 }
@@ -131,6 +140,18 @@ def test_divergent_synchronisation_aborts_with_the_line(module, kernel: str, mes
     with pytest.raises(CudaLaunchError, match=message) as err:
         module.get_function(kernel)((1,), (64,), (ptr(out),))
     assert "line " in str(err.value) and ("__syncthreads" in str(err.value) or "__shfl" in str(err.value))
+
+
+@pytest.mark.parametrize("offset", [1, -1])
+def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset: int) -> None:  # type: ignore[no-untyped-def]
+    out = torch.zeros(2 * 64)
+    neighbours = module.get_function("neighbours")
+    j = torch.arange(64) + offset
+    want = torch.where((j >= 0) & (j < 64), j, torch.arange(64)).float().repeat(2)
+    neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(1)))
+    assert torch.equal(out, want)
+    neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(0)))
+    assert out.isnan().any()  # the uniform-control barrier is gone: some thread read the poison
 
 
 def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None:  # type: ignore[no-untyped-def]

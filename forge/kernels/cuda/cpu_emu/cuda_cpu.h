@@ -578,10 +578,13 @@ inline void run_block(Runtime* rt) {
         f->line = 0;
         init_fiber(rt, f, i);
     }
+    // Every ready thread runs to its next synchronisation point (or its end), in thread order
+    // in even blocks and in reverse order in odd ones: a read of a value another thread writes
+    // without a barrier in between sees the poison (or a stale value) whichever neighbour it is.
+    const bool reverse = (rt->block_idx.x + rt->block_idx.y + rt->block_idx.z) & 1u;
     for (;;) {
-        // Every ready thread runs to its next synchronisation point (or its end), in order.
-        for (unsigned i = 0; i < rt->count; ++i) {
-            Fiber* f = rt->fibers + i;
+        for (unsigned k = 0; k < rt->count; ++k) {
+            Fiber* f = rt->fibers + (reverse ? rt->count - 1 - k : k);
             if (f->state != State::Ready) continue;
             rt->current = f;
             switch_context(&rt->sched, &f->ctx);
