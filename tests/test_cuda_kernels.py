@@ -203,7 +203,7 @@ def test_reshape_and_cache(dev: Device, dtype: torch.dtype, block_size: int) -> 
 ATTENTION_LAYOUTS = [(16, 4), *(full(b, g) for b in (8, 16, 32) for g in (1, 2, 4, 8) if (b, g) != (16, 4))]
 
 
-def _attention_case(
+def attention_case(
     dtype: torch.dtype,
     block_size: int,
     kv_heads: int,
@@ -251,7 +251,7 @@ def _attention_case(
     return query, k_cache, v_cache, meta
 
 
-def _check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=None) -> None:  # type: ignore[no-untyped-def]
+def check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=None) -> None:  # type: ignore[no-untyped-def]
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     head_dim = query.shape[-1]
     scale = head_dim**-0.5
@@ -271,10 +271,10 @@ def test_decode_attention(dev: Device, dtype, block_size, gqa) -> None:  # type:
     # Lengths: 1, non-multiples of every block size, exactly one partition (512), and long
     # contexts that span 2..5 partitions of 512 and need the reduce kernel.
     seq_lens = [1, 7, 33, 512, 513, 1000, 1537, 2100]
-    case = _attention_case(
+    case = attention_case(
         dtype, block_size, 2, gqa, 64, [1] * len(seq_lens), seq_lens, seed=gqa * 100 + block_size, device=device
     )
-    _check_attention(dev, dtype, *case)
+    check_attention(dev, dtype, *case)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -282,8 +282,8 @@ def test_decode_attention(dev: Device, dtype, block_size, gqa) -> None:  # type:
 def test_decode_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:  # type: ignore[no-untyped-def]
     device = dev.name
     seq_lens = [5, 16, 700, 1025]
-    case = _attention_case(dtype, 16, kv_heads, gqa, head_dim, [1] * 4, seq_lens, seed=head_dim, device=device)
-    _check_attention(dev, dtype, *case)
+    case = attention_case(dtype, 16, kv_heads, gqa, head_dim, [1] * 4, seq_lens, seed=head_dim, device=device)
+    check_attention(dev, dtype, *case)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -294,18 +294,18 @@ def test_prefill_attention_with_cached_prefix(dev: Device, dtype, block_size, gq
     # decode requests mixed in: both kernels in one step, every output row written once.
     query_lens = [37, 1, 100, 2, 1, 300, 5]
     seq_lens = [37, 90, 613, 50, 1100, 300, 1029]
-    case = _attention_case(
+    case = attention_case(
         dtype, block_size, 2, gqa, 64, query_lens, seq_lens, seed=gqa * 10 + block_size, device=device
     )
-    _check_attention(dev, dtype, *case)
+    check_attention(dev, dtype, *case)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("head_dim,kv_heads,gqa", [full(16, 2, 2), full(128, 8, 4), full(256, 2, 8)])
 def test_prefill_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:  # type: ignore[no-untyped-def]
     device = dev.name
-    case = _attention_case(dtype, 16, kv_heads, gqa, head_dim, [70, 9], [70, 200], seed=head_dim + gqa, device=device)
-    _check_attention(dev, dtype, *case)
+    case = attention_case(dtype, 16, kv_heads, gqa, head_dim, [70, 9], [70, 200], seed=head_dim + gqa, device=device)
+    check_attention(dev, dtype, *case)
 
 
 @pytest.mark.parametrize(
@@ -323,14 +323,14 @@ def test_sliding_window_attention(dev: Device, dtype: torch.dtype, window: int) 
     cached prefix, windows shorter and longer than chunks, contexts and a partition."""
     query_lens = [37, 1, 100, 2, 1, 300, 5]
     seq_lens = [37, 90, 613, 50, 1100, 300, 1029]
-    case = _attention_case(dtype, 16, 2, 4, 64, query_lens, seq_lens, seed=window, device=dev.name)
-    _check_attention(dev, dtype, *case, window=window)
+    case = attention_case(dtype, 16, 2, 4, 64, query_lens, seq_lens, seed=window, device=dev.name)
+    check_attention(dev, dtype, *case, window=window)
 
 
 def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None:  # type: ignore[no-untyped-def]
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     dtype = torch.bfloat16
-    query, k_cache, v_cache, meta = _attention_case(
+    query, k_cache, v_cache, meta = attention_case(
         dtype, 16, 3, 3, 64, [1, 40, 1], [600, 40, 17], seed=7, device=device
     )
     got = cuda.attention(query, (k_cache, v_cache), meta, 0.125)

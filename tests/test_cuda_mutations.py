@@ -18,7 +18,7 @@ from forge.kernels.cuda import sources
 from forge.kernels.cuda.cpu_emu import CpuCuda, CudaLaunchError
 from forge.kernels.cuda_backend import CudaBackend
 from forge.kernels.torch_backend import TorchBackend
-from tests.test_cuda_kernels import Device, _attention_case, _check_attention, assert_close, poisoned
+from tests.test_cuda_kernels import Device, assert_close, attention_case, check_attention, poisoned
 
 DTYPE = torch.float32
 
@@ -41,13 +41,13 @@ def check_cache_write(dev: Device) -> None:
 
 
 def check_decode(dev: Device) -> None:
-    case = _attention_case(DTYPE, 16, 2, 4, 64, [1] * 3, [7, 300, 600], seed=1, device="cpu")
-    _check_attention(dev, DTYPE, *case)
+    case = attention_case(DTYPE, 16, 2, 4, 64, [1] * 3, [7, 300, 600], seed=1, device="cpu")
+    check_attention(dev, DTYPE, *case)
 
 
 def check_prefill(dev: Device) -> None:
-    case = _attention_case(DTYPE, 16, 2, 4, 64, [40, 9], [40, 100], seed=2, device="cpu")
-    _check_attention(dev, DTYPE, *case)
+    case = attention_case(DTYPE, 16, 2, 4, 64, [40, 9], [40, 100], seed=2, device="cpu")
+    check_attention(dev, DTYPE, *case)
 
 
 @dataclass(frozen=True)
