@@ -27,7 +27,7 @@ def main() -> None:
         data_path = Path(tmp) / "bench.json"
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         subprocess.run(
-            [sys.executable, "-m", "pytest", "tests/bench", "-q", "--benchmark-enable",
+            [sys.executable, "-m", "pytest", "benchmarks/suites", "-q", "--benchmark-enable",
              f"--benchmark-json={data_path}", "-p", "no:cacheprovider"],
             check=True,
         )
@@ -39,7 +39,7 @@ def main() -> None:
     lines = [
         "# Control plane: scheduler + KV bookkeeping per decode step",
         "",
-        "Command: `python -m benchmarks.control_plane_report` (runs `python -m pytest tests/bench --benchmark-enable`)",
+        "Command: `python -m benchmarks.control_plane_report` (runs `python -m pytest benchmarks/suites --benchmark-enable`)",
         f"Machine: {machine()}; load average at start {load}",
         f"Commit: {commit()}",
         "",

@@ -50,8 +50,8 @@ def timed(fn: Callable[[], int]) -> dict[str, float]:
 
 
 def forge_run(backend: str, dtype: str, work: list[tuple[list[int], int]], args: argparse.Namespace) -> dict[str, Any]:
+    from forge.core.sampling_params import SamplingParams
     from forge.llm import LLM
-    from forge.sampling_params import SamplingParams
 
     llm = LLM(
         f"backend={backend}",
@@ -72,8 +72,8 @@ def forge_run(backend: str, dtype: str, work: list[tuple[list[int], int]], args:
 
 
 def forge_batch1(dtype: str, args: argparse.Namespace) -> dict[str, Any]:
+    from forge.core.sampling_params import SamplingParams
     from forge.llm import LLM
-    from forge.sampling_params import SamplingParams
 
     llm = LLM(
         "backend=cuda", "model=smollm2", f"model.dtype={dtype}", "progress=false", "report=false", *args.forge_override

@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.cpu_real_model import commit, machine
 from forge import LLM, SamplingParams
-from forge.request import Request
+from forge.core.request import Request
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
             t0 = time.perf_counter()
             sched = engine.scheduler.schedule()
             t1 = time.perf_counter()
-            out = engine.runner.execute(sched, engine.requests)
+            out = engine.runner.execute(sched)
             t2 = time.perf_counter()
             engine.scheduler.update(sched, out, engine.tokenizer.eos_token_ids)
             t3 = time.perf_counter()

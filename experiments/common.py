@@ -1,5 +1,5 @@
 """Shared study machinery: run a grid of configs (in parallel worker processes), gather them with
-``forge.sweep.gather``, and write a report whose header says the command, commit and machine."""
+``forge.results.sweep.gather``, and write a report whose header says the command, commit and machine."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from forge.sweep import gather
+from forge.results.sweep import gather
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Vidur's SLO, as forge.sweep applies it (its defaults --ttft-slo 2.0 --tbt-slo 0.2), in ms for the studies' tables
+# Vidur's SLO as forge.results.sweep applies it (defaults --ttft-slo 2.0 --tbt-slo 0.2), in ms for the tables
 TTFT_SLO_MS, TBT_SLO_MS = 2000.0, 200.0
 SLO_HLINES = {"p90_ttft_ms": (TTFT_SLO_MS, "SLO"), "p99_itl_ms": (TBT_SLO_MS, "SLO")}  # for experiments.plots.lines
 GOODPUT_NOTE = (

@@ -23,8 +23,8 @@ from experiments.plots import lines
 
 POLICIES = ("fcfs", "priority", "sjf", "decode_first", "prefill_first", "sarathi", "lpm")
 ARRIVALS = {
-    "poisson": ["workload.arrivals._target_=forge.workload.Poisson"],
-    "bursty": ["workload.arrivals._target_=forge.workload.Gamma", "+workload.arrivals.burstiness=0.25"],
+    "poisson": ["workload.arrivals._target_=forge.workloads.synthetic.Poisson"],
+    "bursty": ["workload.arrivals._target_=forge.workloads.synthetic.Gamma", "+workload.arrivals.burstiness=0.25"],
 }
 COLS = [
     "scheduler",
@@ -62,7 +62,7 @@ def simulate(size: str) -> tuple[pd.DataFrame, dict[str, object]]:
         for r in rates
     ]
     df = run_grid("policies_load", base, points)
-    kind = {"forge.workload.Poisson": "poisson", "forge.workload.Gamma": "bursty"}
+    kind = {"forge.workloads.synthetic.Poisson": "poisson", "forge.workloads.synthetic.Gamma": "bursty"}
     df["arrivals"] = df["workload.arrivals._target_"].map(kind)
     df = df.rename(columns={"workload.arrivals.rate": "rate"})
     order = {p: i for i, p in enumerate(policies)}

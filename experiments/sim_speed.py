@@ -65,10 +65,10 @@ def instrument(engine: Any) -> dict[str, float]:
 def phases_worker(requests: int, rate: float) -> dict[str, Any]:
     """Where a full run's wall time goes (what ``run.py`` does, phase by phase, in one process)."""
     t0 = time.perf_counter()
-    from forge.build import build_engine, workload_requests
     from forge.config import compose_config
+    from forge.engine.build import build_engine, workload_requests
     from forge.main import run_offline  # noqa: F401  (the CLI's imports: pandas, pyarrow via parquet below)
-    from forge.metrics import summarize
+    from forge.results.metrics import summarize
 
     t1 = time.perf_counter()
     cfg = compose_config(
@@ -109,8 +109,8 @@ def phases_worker(requests: int, rate: float) -> dict[str, Any]:
 def steps_worker(cap: int, threads: int, num_steps: int) -> dict[str, Any]:
     import torch
 
-    from forge.build import build_engine, workload_requests
     from forge.config import compose_config
+    from forge.engine.build import build_engine, workload_requests
 
     torch.set_num_threads(threads)
     overrides = [*BASE, f"workload.num_requests={4 * cap}", "workload.arrivals.rate=1e9", f"engine.max_num_seqs={cap}"]
@@ -278,19 +278,19 @@ def readme() -> str:
         "",
     ]
     lines += [
-        "What the fast path is: the scheduler hands over a step's plain decodes (one known token, no",
-        "drafts, no constraint) column-wise (`SchedulerOutput.decodes`: request ids, positions, tokens,",
-        "block tables; no per-row object), ahead of the other rows; the synthetic model is `host_only` on",
-        "CPU, so the runner calls `forward_host` on the step directly (no ForwardBatch tensors; KV written",
-        "to and read back from the cache tensor through a host view of its memory; a decode row is written",
-        "and read in one pass, its context read as one `struct` unpack) and, when every row is plain greedy",
-        "(`SamplingParams.plain_greedy`), returns the decodes' tokens as one list (no logits tensor, no",
-        "per-row dict entry); `update` appends them column-wise and keeps the decoded requests rather than",
-        "building a `RequestOutput` per row (`StepOutputs` builds them when read; `Engine.run` reads only",
-        "the finished ones and the metrics read the requests); the scheduler takes a decode's block table",
-        "without an allocation call when its slot lies in a block it holds (`KVCacheManager.decode_tables`)",
-        "and folds the sums the clock and the metrics need into the step's `StepTotals`; the paged cache's",
-        "usage needs no per-request pass while no block is shared; metrics frames are built column-wise",
+        "What the fast path is: the scheduler hands over a step's plain decodes (`Request.is_decoding`: one",
+        "known token, no drafts) column-wise (`SchedulerOutput.decodes`: request ids, positions, tokens,",
+        "block tables, requests; no per-row object), ahead of the other rows; the synthetic model is a",
+        "`HostModel`, so on CPU the `SimulationRunner` calls its `forward_host` on the step directly (no",
+        "ForwardBatch tensors; KV written to and read back from the cache tensor through a host view of its",
+        "memory; a decode row is written and read in one pass, its context read as one `struct` unpack) and,",
+        "when every row is plain greedy (`SamplingParams.plain_greedy`), returns the decodes' tokens as one",
+        "list (no logits tensor, no per-row dict entry); `update` appends them column-wise and keeps the",
+        "decoded requests and tokens rather than building a `RequestOutput` per row (`StepOutputs` builds",
+        "them when read; `Engine.run` reads only the finished ones and the metrics read the requests); the",
+        "paged cache's `allocate_slots` returns at once when a decode's slot lies in a block it holds and",
+        "nothing is shared or cached; the roofline clock sums the decode columns at C speed; the paged",
+        "cache's usage needs no per-request pass while no block is shared; metrics frames are built column-wise",
         "(ITLs as array views); matplotlib is imported only when a plot is drawn; the",
         "engine raises the GC's first-generation threshold while it runs. Outputs and metrics are",
         "bit-identical to the tensor path (tests/test_sim_speed.py), and the runs below give the same",
@@ -371,7 +371,7 @@ def readme() -> str:
             sched = sec.get("step: schedule", 0.0) + sec.get("step: update", 0.0)
             lines += [
                 "",
-                f"The scheduler (schedule + update, forge/scheduler.py and the KV manager it calls) takes"
+                f"The scheduler (schedule + update, forge/sched/scheduler.py and the KV manager it calls) takes"
                 f" {sched:.1f} s = {sched / total:.0%}; the model runner (synthetic forward + sampling)"
                 f" {sec.get('step: execute', 0.0):.1f} s; interpreter start-up and imports"
                 f" {sec.get('imports', 0.0):.1f} s.",

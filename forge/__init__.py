@@ -1,12 +1,17 @@
 """forge: a research testbed for LLM inference serving."""
 
-from forge.sampling_params import SamplingParams
+from typing import TYPE_CHECKING
+
+from forge.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # imported lazily at run time: importing forge must not pay for torch + hydra
+    from forge.llm import LLM
 
 __all__ = ["LLM", "SamplingParams"]
 
 
 def __getattr__(name: str) -> object:
-    if name == "LLM":  # lazy: importing forge must not pay for torch + hydra
+    if name == "LLM":
         from forge.llm import LLM
 
         return LLM

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from forge.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, WallClock, batch_features
-from forge.outputs import SchedulerOutput
+from forge.core.outputs import SchedulerOutput
+from forge.sim.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, WallClock, batch_features
 
 
 class RecordingClock(WallClock):
@@ -112,9 +112,9 @@ def default_runs(quick: bool) -> list[CalibrationRun]:
 
 def run_with_clock(overrides: list[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Run one workload; return (per-step profile rows, run summary)."""
-    from forge.build import build_engine, workload_requests
     from forge.config import compose_config
-    from forge.metrics import summarize
+    from forge.engine.build import build_engine, workload_requests
+    from forge.results.metrics import summarize
 
     cfg = compose_config(overrides)
     engine = build_engine(cfg)

@@ -2,11 +2,13 @@
 
 Hydra is the only registry: every option is ``conf/<group>/<name>.yaml`` with a ``_target_``.
 The top-level schema is typed (a typo or a wrong type in ``engine`` fails at compose time);
-struct mode rejects unknown keys in every group; ``validate`` checks each option's keys and
-scalar types against its target's signature before anything is built."""
+struct mode rejects unknown keys in every group; ``validate`` checks the composed config's keys
+against the schema (``+engine.foo=1`` adds a key struct mode cannot refuse), each option's keys and
+scalar types against its target's signature, and the model's dtype, before anything is built."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from dataclasses import dataclass, field
@@ -24,6 +26,10 @@ GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "samp
 
 # engine.kv_cache_dtype: "auto" stores K/V in the model's dtype.
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# model.dtype (and drafter.model.dtype): the floating-point dtypes the models compute in.
+MODEL_DTYPES = ("float64", "float32", "bfloat16", "float16")
+# engine.max_model_len=null: this many tokens, or the model's context length if that is shorter.
+DEFAULT_MAX_MODEL_LEN = 2048
 
 
 class ConfigError(ValueError):
@@ -32,9 +38,12 @@ class ConfigError(ValueError):
 
 @dataclass
 class EngineConfig:
+    """``max_model_len``: tokens per sequence; null = ``DEFAULT_MAX_MODEL_LEN`` capped at the model's
+    context length, a number above the model's context length is an error (see ``max_model_len_for``)."""
+
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
-    max_model_len: int = 2048
+    max_model_len: int | None = None
     enable_chunked_prefill: bool = True
     kv_cache_memory_gib: float = 0.5
     preemption_mode: str = "recompute"
@@ -109,14 +118,48 @@ def _check_node(path: str, node: Any) -> None:
             raise ConfigError(f"{path}.{key}={raw!r}: expected {hint.__name__}")
 
 
+def _check_schema_keys(cfg: DictConfig) -> None:
+    """Keys of the top level and of ``engine`` must be fields of the schema: Hydra's ``+key=value``
+    adds a key even to a struct config, so the composed config is checked again here."""
+    for prefix, node, schema in (("", cfg, ForgeConfig), ("engine.", cfg.engine, EngineConfig)):
+        known = [f.name for f in dataclasses.fields(schema)]
+        for key in map(str, node):
+            if key not in known and not (prefix == "" and key == "hydra"):
+                raise ConfigError(f"{prefix}{key}: not a setting (the settings here are {known})")
+
+
+def _check_model_dtypes(cfg: DictConfig) -> None:
+    drafter = cfg.get("drafter")
+    nodes = {"model": cfg.get("model"), "drafter.model": drafter.get("model") if drafter is not None else None}
+    for path, node in nodes.items():
+        if isinstance(node, DictConfig) and "dtype" in node and node.dtype not in MODEL_DTYPES:
+            raise ConfigError(f"{path}.dtype={node.dtype!r}: not a model dtype (valid: {', '.join(MODEL_DTYPES)})")
+
+
+def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:
+    """The engine's ``max_model_len`` for a model whose context length is ``model_max_len``: the
+    configured value, which may not exceed the model's, or (null) the default capped at the model's."""
+    wanted = cfg.engine.max_model_len
+    if wanted is None:
+        return min(DEFAULT_MAX_MODEL_LEN, model_max_len)
+    if wanted > model_max_len:
+        raise ConfigError(
+            f"engine.max_model_len={wanted} exceeds the model's context length of {model_max_len} tokens "
+            f"(lower engine.max_model_len, or leave it unset for min({DEFAULT_MAX_MODEL_LEN}, {model_max_len}))"
+        )
+    return int(wanted)
+
+
 def validate(cfg: DictConfig) -> None:
+    _check_schema_keys(cfg)
     for group in (*GROUPS, "drafter", "structured", "server"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)
+    _check_model_dtypes(cfg)
     e = cfg.engine
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
-        if e[name] < 1:
+        if e[name] is not None and e[name] < 1:
             raise ConfigError(f"engine.{name} must be >= 1, got {e[name]}")
     if e.preemption_mode not in ("recompute", "swap"):
         raise ConfigError(f"engine.preemption_mode must be recompute or swap, got {e.preemption_mode!r}")

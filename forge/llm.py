@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forge.build import build_engine, default_sampling
 from forge.config import compose_config
-from forge.engine import Engine
-from forge.fork import sibling_ids
-from forge.request import Request
-from forge.sampling_params import SamplingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine, default_sampling
+from forge.engine.engine import Engine
+from forge.sched.fork import sibling_ids
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.build import build_engine, workload_requests
 from forge.config import validate
-from forge.metrics import summarize
+from forge.engine.build import build_engine, default_sampling, workload_requests
+from forge.results.metrics import summarize
+from forge.results.redact import redact_config
 
 
 def git_commit() -> str:
@@ -32,6 +33,7 @@ def git_commit() -> str:
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     validate(cfg)
     engine = build_engine(cfg)
+    default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
     requests = workload_requests(cfg, engine)
     engine.run(requests, progress=cfg.progress)
     rec = engine.recorder
@@ -47,9 +49,9 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     req_df.to_parquet(run_dir / "requests.parquet")
     step_df.to_parquet(run_dir / "steps.parquet")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact_config(cfg)))
     if cfg.report:
-        from forge.report import write_report
+        from forge.results.report import write_report
 
         write_report(run_dir)
     return summary

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from forge.kernels.base import AttentionMetadata, KVLayer
+from forge.kernels.batch import ForwardBatch
 from forge.kernels.torch_backend import TorchBackend
-from forge.models.base import ForwardBatch, Model
+from forge.models.base import Model
 
 BLOCK_SIZE = 16
 

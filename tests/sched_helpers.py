@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.kvcache.base import KVCacheManager
 from forge.kvcache.paged import PagedKVCache
-from forge.outputs import ModelOutput, RequestOutput, SchedulerOutput
 from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
-from forge.request import Request
-from forge.sampling_params import SamplingParams
-from forge.scheduler import Scheduler, SchedulerLimits
+from forge.sched.scheduler import Scheduler, SchedulerLimits
 
 
 def request(rid: str, prompt: list[int] | int, max_tokens: int = 4, arrival: float = 0.0, **kw: object) -> Request:

@@ -1,13 +1,25 @@
-"""Bad configuration fails early with a message naming the setting."""
+"""Bad configuration and bad model files fail early with a message naming the setting or the tensor;
+``python run.py`` prints such an error as one line (exit status 2)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from gguf import GGUFReader, ReaderTensor
+from gguf_fixtures import write_tiny_gguf
 
 from forge import SamplingParams
-from forge.build import build_engine
 from forge.config import ConfigError, compose_config
-from forge.request import Request
+from forge.core.request import Request
+from forge.engine.build import build_engine
+from forge.models.gguf_file import GGUFError
+from forge.models.gguf_loader import load_gguf
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(
@@ -36,7 +48,7 @@ def test_negative_engine_sizes(override: str, names: str) -> None:
     ],
 )
 def test_bad_component_settings(overrides: list[str], names: str) -> None:
-    from forge.build import workload_requests
+    from forge.engine.build import workload_requests
 
     with pytest.raises(ValueError, match=names):
         cfg = compose_config(overrides)
@@ -75,3 +87,108 @@ def test_bad_sampling_params() -> None:
         SamplingParams(top_p=0.0)
     with pytest.raises(ValueError, match="max_tokens"):
         SamplingParams(max_tokens=0)
+
+
+@pytest.mark.parametrize("override", ["+engine.foo=1", "+foo=1", "+engine.max_num_seq=4"])
+def test_added_unknown_key_is_rejected(override: str) -> None:
+    key = override.lstrip("+").split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: not a setting"):
+        compose_config(["model=synthetic", override])
+
+
+def test_max_model_len_above_the_models_is_rejected_naming_both() -> None:
+    cfg = compose_config(["model=synthetic", "model.max_position=1024", "engine.max_model_len=4096"])
+    with pytest.raises(ConfigError, match=r"engine\.max_model_len=4096 exceeds the model's context length of 1024"):
+        build_engine(cfg)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [([], 1024), (["engine.max_model_len=1024"], 1024)])
+def test_max_model_len_within_the_models(overrides: list[str], expected: int) -> None:
+    """Unset, it is 2048 capped at the model's context length (as before); equal to it is fine."""
+    engine = build_engine(compose_config(["model=synthetic", "model.max_position=1024", *overrides]))
+    assert engine.scheduler.limits.max_model_len == expected
+
+
+@pytest.mark.parametrize("overrides", [["model.dtype=int8"], ["drafter=draft_model", "drafter.model.dtype=int8"]])
+def test_non_float_model_dtype_is_refused_at_compose_time(overrides: list[str]) -> None:
+    with pytest.raises(ConfigError, match=r"dtype='int8': not a model dtype \(valid: float64, float32, bfloat16"):
+        compose_config(overrides)
+
+
+def _run_py(*overrides: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "run.py", "progress=false", "report=false", *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=synthetic", "+engine.foo=1"], "engine.foo: not a setting"),
+        (["model=synthetic", "kvcache.num_blocks=-3"], "kvcache.num_blocks must be >= 1, got -3"),
+        (["model=tiny", "engine.max_model_len=8192"], "engine.max_model_len=8192 exceeds"),
+        (
+            ["model=synthetic", "sampling.temperature=-1"],
+            "sampling: temperature must be 0 or finite and in [0.01, 100.0], got -1",
+        ),
+    ],
+)
+def test_run_py_prints_a_config_error_as_one_line(overrides: list[str], message: str, tmp_path: Path) -> None:
+    proc = _run_py(*overrides, run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: ") and message in lines[0], proc.stderr
+
+
+def _tiny_gguf(tmp_path: Path) -> tuple[Path, bytes, list[ReaderTensor]]:
+    path = tmp_path / "model.gguf"
+    write_tiny_gguf(path)
+    return path, path.read_bytes(), list(GGUFReader(str(path)).tensors)
+
+
+def test_gguf_truncated_inside_a_tensor_names_it_and_the_byte_range(tmp_path: Path) -> None:
+    path, data, tensors = _tiny_gguf(tmp_path)
+    victim = tensors[len(tensors) // 2]
+    begin, end = victim.data_offset, victim.data_offset + victim.n_bytes
+    cut = begin + victim.n_bytes // 2
+    path.write_bytes(data[:cut])
+    with pytest.raises(GGUFError) as info:
+        load_gguf(str(path))
+    first_beyond = next(t for t in tensors if t.data_offset + t.n_bytes > cut)
+    assert first_beyond.name == victim.name
+    assert str(info.value) == (
+        f"{path}: truncated: tensor {victim.name!r} needs bytes [{begin}, {end}) but the file has {cut}"
+    )
+
+
+def test_gguf_truncated_inside_the_header_says_truncated(tmp_path: Path) -> None:
+    path, data, _ = _tiny_gguf(tmp_path)
+    path.write_bytes(data[:5000])
+    header_cut = r"model\.gguf: truncated: the header needs bytes \[\d+, \d+\) but the file has 5000"
+    with pytest.raises(GGUFError, match=header_cut):
+        load_gguf(str(path))
+
+
+def test_gguf_with_non_finite_weights_names_the_tensor(tmp_path: Path) -> None:
+    path, data, tensors = _tiny_gguf(tmp_path)
+    victim = tensors[len(tensors) // 2]
+    start = victim.data_offset + 64
+    path.write_bytes(data[:start] + b"\xff" * 4096 + data[start + 4096 :])
+    with pytest.raises(GGUFError, match=rf"tensor {re.escape(repr(victim.name))} holds non-finite values"):
+        load_gguf(str(path))
+
+
+def test_run_py_reports_a_truncated_gguf_as_a_config_error(tmp_path: Path) -> None:
+    path, data, tensors = _tiny_gguf(tmp_path)
+    path.write_bytes(data[: len(data) - 100])
+    proc = _run_py("model=gguf", f"model.path={path}", "workload.num_requests=1", run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        f"config error: model: {path}: truncated: tensor {tensors[-1].name!r} needs bytes "
+        f"[{tensors[-1].data_offset}, {len(data)}) but the file has {len(data) - 100}"
+    )

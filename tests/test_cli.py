@@ -51,7 +51,7 @@ def test_run_py_writes_a_complete_run_directory(tmp_path: Path) -> None:
 def test_report_regenerates_from_files_alone(tmp_path: Path) -> None:
     from forge.config import compose_config
     from forge.main import run_offline
-    from forge.report import write_report
+    from forge.results.report import write_report
 
     run_offline(
         compose_config(["model=synthetic", "workload.num_requests=6", "report=false", "progress=false"]), tmp_path

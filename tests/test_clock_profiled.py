@@ -7,8 +7,8 @@ import random
 import pandas as pd
 import pytest
 
-from forge.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, batch_features
 from forge.config import compose_config
+from forge.sim.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, batch_features
 
 
 def synthetic_profile(n: int, noise: float, seed: int = 0) -> tuple[list[dict[str, float]], list[float]]:
@@ -42,7 +42,7 @@ def test_fit_predicts_held_out_steps_and_ignores_outliers() -> None:
 
 
 def test_profiled_clock_from_csv(tmp_path) -> None:
-    from forge.build import build_engine, workload_requests
+    from forge.engine.build import build_engine, workload_requests
 
     rows, times = synthetic_profile(200, noise=0.0)
     path = tmp_path / "p.csv"

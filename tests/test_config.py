@@ -42,7 +42,7 @@ def test_every_option_composes_and_instantiates(group: str, option: str) -> None
         return
     node = cfg[group]
     if group == "drafter":  # built against the target model and backend
-        from forge.build import build_engine
+        from forge.engine.build import build_engine
 
         assert build_engine(cfg).drafter is not None
         return

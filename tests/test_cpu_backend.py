@@ -12,8 +12,8 @@ import torch
 from attention_helpers import paged_batch
 
 from forge import LLM, SamplingParams
-from forge.build import build_engine
 from forge.config import ConfigError, compose_config
+from forge.engine.build import build_engine
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
 from forge.models.fast_weights import quantize_rows

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from forge.kernels.base import AttentionMetadata
+from forge.kernels.batch import ForwardBatch
 from forge.kernels.cuda import compiler
 from forge.kernels.cuda.quant import GGMLType, QuantizedWeight, dequantize_rows, quantize_q8_0, random_q4_k
 from forge.kernels.cuda_graphs import GraphRunner, default_buckets
 from forge.kernels.torch_backend import TorchBackend
-from forge.models.base import ForwardBatch
 from forge.models.llama import build_tiny
 
 

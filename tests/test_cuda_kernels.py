@@ -122,7 +122,8 @@ def test_add_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [full(4, 2, 16), (9, 3, 64), full(32, 8, 128)])
 def test_rope(dev: Device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:  # type: ignore[no-untyped-def]
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
-    from forge.models.llama import LlamaConfig, rope_cos_sin
+    from forge.models.decoder import rope_cos_sin
+    from forge.models.llama import LlamaConfig
 
     tokens = 37
     cfg = LlamaConfig(
@@ -389,7 +390,7 @@ def test_gemv(dev: Device, kind: str, dtype: torch.dtype, rows: int) -> None:  #
 def _greedy(model, backend, prompts: list[list[int]], steps: int, block_size: int = 16, runner=None) -> list[list[int]]:  # type: ignore[no-untyped-def]
     """Chunked prefill (each prompt in two chunks: the second runs over a cached prefix),
     then ``steps`` batched decode steps; returns the generated tokens."""
-    from forge.models.base import ForwardBatch
+    from forge.kernels.batch import ForwardBatch
 
     device = backend.device
     max_len = max(len(p) for p in prompts) + steps + 1
@@ -494,6 +495,7 @@ def test_engine_greedy_equals_torch_backend(dev: Device) -> None:
     different lengths finish at different steps, so decode batches of 4, 3, 2 and 1 replay
     graphs of buckets 4, 2 and 1; the tokens are TorchBackend's."""
     from forge import LLM, SamplingParams
+    from forge.kernels.cuda_graphs import GraphRunner
 
     prompts = ["Hello, forge", [256, 72, 105], "a somewhat longer prompt about kernels", "x"]
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (10, 6, 3, 8)]
@@ -502,8 +504,8 @@ def test_engine_greedy_equals_torch_backend(dev: Device) -> None:
     runtime = "cpu" if dev.runtime is not None else "null"
     llm = LLM(*model, "backend=cuda", f"backend.device={dev.name}", f"backend.runtime={runtime}")
     assert [o.token_ids for o in llm.generate(prompts, params)] == want
-    graphs = llm.engine.runner.graphs
-    assert graphs is not None and graphs.enabled
+    graphs = llm.engine.runner.forward.__self__  # the backend's forward: a GraphRunner's run
+    assert isinstance(graphs, GraphRunner) and graphs.enabled
     if dev.runtime is not None:
         replays = [g.replays for g in llm.engine.runner.backend.graph_api.captured]
         assert len(replays) == len(graphs.buckets) and sum(replays) >= 8

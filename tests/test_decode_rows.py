@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from forge.build import build_engine, workload_requests
 from forge.config import compose_config
-from forge.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.core.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.engine.build import build_engine, workload_requests
 from forge.policies.prefill_first import PrefillFirst
-from forge.step_outputs import StepOutputs
+from forge.sched.step_outputs import StepOutputs
 from tests.sched_helpers import request, scheduler, step
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=16", "progress=false"]
@@ -108,3 +108,49 @@ def test_engine_steps_match_the_tensor_path(overrides: list[str]) -> None:
             )
         steps.append(outputs)
     assert steps[0] == steps[1] and len(steps[0]) > 20
+
+
+def test_step_outputs_read_a_step_late_keep_their_step() -> None:
+    """A step's outputs read after the next step still give that step's new token and finish state."""
+    s = scheduler()
+    for rid in ("a", "b"):
+        s.add_request(request(rid, 5, max_tokens=3))
+    step(s)
+    so = s.schedule()
+    first = s.update(so, ModelOutput({}, decode_token_ids=[40, 41]), frozenset())
+    so = s.schedule()
+    s.update(so, ModelOutput({}, decode_token_ids=[50, 51]), frozenset())  # both finish (max_tokens=3)
+    assert [(o.request_id, o.new_token_ids, o.finished, o.finish_reason) for o in first] == [
+        ("a", [40], False, None),
+        ("b", [41], False, None),
+    ]
+    assert first.finished == []
+
+
+def test_update_decodes_column_wise_as_chunks() -> None:
+    """``update`` gives the same outputs and request states for a step's plain decodes handed over
+    column-wise (``SchedulerOutput.decodes``) as for the same rows as ``ScheduledRequest`` chunks."""
+    results = []
+    for columns in (True, False):
+        s = scheduler(max_model_len=11)
+        s.add_request(request("a", 5, max_tokens=8))
+        s.add_request(request("b", 6, max_tokens=2))
+        s.add_request(request("c", 4, max_tokens=8))
+        step(s)
+        history = []
+        for i in range(6):
+            so = s.schedule()
+            if so.is_empty:
+                break
+            if not columns:
+                so = dataclasses.replace(so, chunks=so.scheduled, decodes=DecodeRows(), chunk_requests=so.requests)
+            tokens = {r.request_id: [60 + i + j] for j, r in enumerate(so.scheduled) if r.sample}
+            outs = s.update(so, ModelOutput(tokens), frozenset({62}))
+            history.append(
+                [(o.request_id, list(o.token_ids), o.new_token_ids, o.finished, o.finish_reason) for o in outs]
+            )
+
+        states = {r.request_id: (r.num_computed_tokens, r.status) for r in s.running}
+        results.append((history, states, s.kv.num_free_blocks()))
+    assert results[0] == results[1]
+    assert any(o[3] for h in results[0][0] for o in h)  # some requests finished (stop token, length, max_model_len)

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from forge import SamplingParams
-from forge.build import build_engine, workload_requests
 from forge.config import compose_config
-from forge.engine import LeakError
+from forge.core.request import Request
+from forge.engine.build import build_engine, workload_requests
+from forge.engine.engine import LeakError
 from forge.main import run_offline
-from forge.request import Request
 
 SMALL = ["workload=poisson", "workload.num_requests=12", "workload.input_len.high=96", "workload.output_len.high=24"]
 

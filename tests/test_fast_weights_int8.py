@@ -10,8 +10,9 @@ import pytest
 import torch
 from forward_helpers import greedy, prefill_logits, top1_agreement
 
+from forge.kernels.base import PackedLinear
 from forge.models.fast_weights import Int8RowwiseLinear, apply_weight_format, quantize_rows
-from forge.models.llama import Llama, PackedLinear, build_tiny
+from forge.models.llama import Llama, build_tiny
 
 
 def test_quantize_rows_round_trip_within_half_a_step() -> None:
@@ -50,7 +51,7 @@ def test_apply_weight_format_packs_every_linear_and_keeps_same_untouched() -> No
     before = [t.clone() for t in (model.layers[0].wqkv, model.layers[0].w_down, model.lm_head)]  # type: ignore[union-attr]
     same = apply_weight_format(model, "same")
     assert same is model and torch.equal(model.layers[0].wqkv, before[0])  # type: ignore[arg-type]
-    apply_weight_format(model, "int8")
+    model = apply_weight_format(model, "int8")
     for layer in model.layers:
         for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down):
             assert isinstance(w, Int8RowwiseLinear)
@@ -82,7 +83,7 @@ def test_tiny_model_int8_tracks_float32() -> None:
 class TestSmolLM2Int8:
     PROMPTS = (
         "The capital of France is",
-        "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+        'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
         "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
     )
 

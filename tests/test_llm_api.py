@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from forge import LLM, SamplingParams
 
 
@@ -34,3 +38,17 @@ def test_stop_token_ids_end_generation() -> None:
     stopped = llm.generate("hello", SamplingParams(max_tokens=20, temperature=0.0, stop_token_ids=[stop_at]))[0]
     assert stopped.token_ids == free.token_ids[: first + 1]
     assert stopped.finish_reason == "stop"
+
+
+def test_unseeded_sampling_is_the_same_in_every_process() -> None:
+    """Request seeds come from a stable hash of the request id, not Python's per-process ``hash``."""
+    code = (
+        "from forge import LLM; print([o.token_ids for o in LLM('sampling=random').generate(['Hello there', 'abc'])])"
+    )
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout.strip().splitlines()[-1])
+    assert outs[0] == outs[1]

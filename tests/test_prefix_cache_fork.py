@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from forge.build import build_engine, workload_requests
 from forge.config import compose_config
+from forge.engine.build import build_engine, workload_requests
 from forge.kvcache.sharing import Sharing, block_sharing
 
 PAPER = {2: 6.09, 4: 8.53, 6: 9.79}

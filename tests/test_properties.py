@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from forge.kvcache.block_pool import BlockPool
 from forge.kvcache.paged import PagedKVCache
-from forge.scheduler import Scheduler
+from forge.sched.scheduler import Scheduler
 from tests.sched_helpers import request, scheduler, step
 
 

@@ -18,23 +18,23 @@ from forward_helpers import BLOCK_SIZE, SingleSequence, greedy, prefill_logits
 from hf_reference import load_hf_gguf
 
 from forge.kernels.base import AttentionMetadata
-from forge.models.base import ForwardBatch
+from forge.kernels.batch import ForwardBatch
 from forge.models.fetch import gemma3_path
 from forge.models.gemma3 import Gemma3
 from forge.models.gguf_file import GGUFFile
-from forge.models.gguf_loader import gemma3_config_from_gguf, state_dict_from_gguf, tokenizer_of
+from forge.models.gguf_loader import config_from_gguf, state_dict_from_gguf, tokenizer_of
 
 pytestmark = pytest.mark.realmodel
 
 PROMPTS = [
     "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "<start_of_turn>user\nWrite a haiku about autumn.<end_of_turn>\n<start_of_turn>model\n",
 ]
 TEXTS = [
     *PROMPTS,
     "Héllo wörld — 你好，世界! Ünïcödé ñ 🚀🚀 emoji",
-    "for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(f\"{i=}\")  # even\n",
+    'for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(f"{i=}")  # even\n',
     "   leading, trailing   \n\n\n   and\t\ttabs  ",
     "    four  two     five spaces",
     "x=1; y = 3.14159; z = 1e-5 <eos> after <end_of_turn>",
@@ -57,14 +57,14 @@ def gguf_path() -> str:
 def gguf_state(gguf_path: str) -> tuple[GGUFFile, dict[str, torch.Tensor]]:
     """The file opened once (reading its metadata takes ~10 s) and its dequantized weights."""
     gguf = GGUFFile(gguf_path)
-    return gguf, state_dict_from_gguf(gguf, gemma3_config_from_gguf(gguf))
+    return gguf, state_dict_from_gguf(gguf, config_from_gguf(gguf))
 
 
 @pytest.fixture(scope="module")
 def model(gguf_state: tuple[GGUFFile, dict[str, torch.Tensor]]) -> Gemma3:
     """What ``load_gemma3(max_position=1024)`` (conf/model/gemma3.yaml) builds, from the shared file."""
     gguf, state = gguf_state
-    return Gemma3.from_state_dict(gemma3_config_from_gguf(gguf, 1024), state, tokenizer_of(gguf))
+    return Gemma3.from_state_dict(config_from_gguf(gguf, 1024), state, tokenizer_of(gguf))
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +83,14 @@ def test_config(model: Gemma3) -> None:
 
 def test_config_matches_transformers(model: Gemma3, hf: tuple[Any, Any]) -> None:
     theirs, ours = hf[1].config, model.config
-    assert theirs.layer_types == ["sliding_attention" if ours.is_sliding(i) else "full_attention"
-                                  for i in range(ours.num_layers)]
+    assert theirs.layer_types == [
+        "sliding_attention" if ours.is_sliding(i) else "full_attention" for i in range(ours.num_layers)
+    ]
     assert (theirs.sliding_window, theirs.query_pre_attn_scalar, theirs.head_dim) == (
-        ours.sliding_window, ours.query_pre_attn_scalar, ours.head_dim)
+        ours.sliding_window,
+        ours.query_pre_attn_scalar,
+        ours.head_dim,
+    )
     assert theirs.rope_parameters["sliding_attention"]["rope_theta"] == ours.rope_local_theta
     assert theirs.rope_parameters["full_attention"]["rope_theta"] == ours.rope_theta
 
@@ -106,14 +110,21 @@ def test_end_of_turn_ends_generation(model: Gemma3) -> None:
     assert model.tokenizer.eos_token_ids == frozenset({1, 106})
 
 
-def test_weights_identical_to_transformers(gguf_state: tuple[GGUFFile, dict[str, torch.Tensor]],
-                                          hf: tuple[Any, Any]) -> None:
+def test_weights_identical_to_transformers(
+    gguf_state: tuple[GGUFFile, dict[str, torch.Tensor]], hf: tuple[Any, Any]
+) -> None:
     ours = gguf_state[1]
     theirs = hf[1].state_dict()
     assert set(ours) == set(theirs) - {"lm_head.weight"}  # tied
-    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.7.self_attn.k_proj.weight",
-                 "model.layers.3.self_attn.q_norm.weight", "model.layers.17.post_feedforward_layernorm.weight",
-                 "model.layers.11.mlp.down_proj.weight", "model.norm.weight", "model.embed_tokens.weight"):
+    for name in (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.7.self_attn.k_proj.weight",
+        "model.layers.3.self_attn.q_norm.weight",
+        "model.layers.17.post_feedforward_layernorm.weight",
+        "model.layers.11.mlp.down_proj.weight",
+        "model.norm.weight",
+        "model.embed_tokens.weight",
+    ):
         assert torch.equal(ours[name], theirs[name].float()), name
 
 
@@ -130,8 +141,13 @@ def _last_logits(model: Gemma3, ids: list[int], n: int) -> torch.Tensor:
     seq = SingleSequence(model, len(ids))
     total = len(ids)
     meta = AttentionMetadata(
-        query_start_loc=torch.tensor([0, total]), seq_lens=torch.tensor([total]), block_tables=seq.table[None, :],
-        slot_mapping=torch.arange(total), block_size=BLOCK_SIZE, query_lens_cpu=[total], seq_lens_cpu=[total],
+        query_start_loc=torch.tensor([0, total]),
+        seq_lens=torch.tensor([total]),
+        block_tables=seq.table[None, :],
+        slot_mapping=torch.arange(total),
+        block_size=BLOCK_SIZE,
+        query_lens_cpu=[total],
+        seq_lens_cpu=[total],
     )
     batch = ForwardBatch(torch.tensor(ids), torch.arange(total), meta, torch.arange(total - n, total))
     return model.forward(batch, seq.cache, seq.backend)
@@ -185,11 +201,11 @@ def test_conf_model_gemma3_loads_it() -> None:
 def test_engine_greedy_matches_single_sequence_on_both_backends(model: Gemma3) -> None:
     """Through the engine (chunked prefill of a prompt longer than the window, batched decode):
     the same greedy tokens as one sequence alone, on backend=torch and on backend=cpu."""
-    from forge.build import build_engine
     from forge.config import compose_config
+    from forge.core.request import Request
+    from forge.core.sampling_params import SamplingParams
+    from forge.engine.build import build_engine
     from forge.kernels.cpu import native
-    from forge.request import Request
-    from forge.sampling_params import SamplingParams
 
     long_ids = model.tokenizer.encode(LONG_TEXT)[:505]
     prompts = [model.tokenizer.encode(p) for p in PROMPTS[:2]] + [long_ids]
@@ -197,8 +213,9 @@ def test_engine_greedy_matches_single_sequence_on_both_backends(model: Gemma3) -
     params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
     backends = ["torch", "cpu"] if native.available() else ["torch"]
     for backend in backends:
-        cfg = compose_config(["model=gemma3", "model.max_position=1024", f"backend={backend}",
-                              "engine.max_num_batched_tokens=256"])
+        cfg = compose_config(
+            ["model=gemma3", "model.max_position=1024", f"backend={backend}", "engine.max_num_batched_tokens=256"]
+        )
         engine = build_engine(cfg, model=model)
         requests = [Request(f"r{i}", ids, params, arrival_time=0.0) for i, ids in enumerate(prompts)]
         finals = engine.run(requests)

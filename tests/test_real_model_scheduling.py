@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from forge.build import build_engine
 from forge.config import compose_config
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine
 from forge.models.base import Model
-from forge.request import Request
-from forge.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.realmodel
 

@@ -1,9 +1,21 @@
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import pytest
 import torch
 
-from forge.sampling import SampleRow, apply_penalties, processed_probs, sample
-from forge.sampling_params import SamplingParams
+from forge.core.sampling_params import SamplingParams
+from forge.sampling.sampler import (
+    SampleRow,
+    SamplingError,
+    apply_penalties,
+    processed_probs,
+    request_seed,
+    sample,
+    sample_each,
+)
 
 
 def test_top_k_top_p_min_p_keep_the_right_tokens() -> None:
@@ -11,6 +23,8 @@ def test_top_k_top_p_min_p_keep_the_right_tokens() -> None:
     assert (processed_probs(logits, SamplingParams(temperature=1.0, top_k=2)) > 0).tolist() == [1, 1, 0, 0, 0]
     assert (processed_probs(logits, SamplingParams(temperature=1.0, top_p=0.8)) > 0).tolist() == [1, 1, 1, 0, 0]
     assert (processed_probs(logits, SamplingParams(temperature=1.0, min_p=0.3)) > 0).tolist() == [1, 1, 1, 0, 0]
+    tiny_top_p = processed_probs(logits, SamplingParams(temperature=1.0, top_p=1e-300))  # 0 in float32
+    assert tiny_top_p.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0]
     p = processed_probs(logits, SamplingParams(temperature=1.0))
     torch.testing.assert_close(p, torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05]))
 
@@ -42,3 +56,81 @@ def test_mask_restricts_choices() -> None:
     logits = torch.tensor([[5.0, 1.0, 0.0]])
     allowed = torch.tensor([False, True, True])
     assert sample(logits, [SampleRow(SamplingParams(temperature=0), 0, 0, allowed=allowed)]) == [1]
+
+
+BAD_PARAMS: list[dict[str, Any]] = [
+    {"temperature": 1e-300},
+    {"temperature": 1e-45},
+    {"temperature": 0.005},
+    {"temperature": float("nan")},
+    {"temperature": float("inf")},
+    {"temperature": 101.0},
+    {"temperature": -1.0},
+    {"presence_penalty": float("nan")},
+    {"frequency_penalty": float("-inf")},
+    {"presence_penalty": 2.5},
+    {"repetition_penalty": 1e-300},
+    {"repetition_penalty": float("nan")},
+    {"repetition_penalty": 0.0},
+    {"top_p": float("nan")},
+    {"top_p": 0.0},
+    {"min_p": float("nan")},
+    {"top_k": -1},
+    {"seed": 1 << 64},
+    {"logprobs": -1},
+    {"max_tokens": 0},
+    {"n": 0},
+]
+
+
+@pytest.mark.parametrize("kwargs", BAD_PARAMS, ids=[f"{k}={v}" for d in BAD_PARAMS for k, v in d.items()])
+def test_sampling_params_refuse_values_outside_their_ranges(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        SamplingParams(**kwargs)
+
+
+def test_the_range_edges_are_accepted_and_cannot_overflow_float32() -> None:
+    logits = torch.tensor([30.0, -30.0, 0.0, 1e4]).float()
+    edges = [
+        SamplingParams(temperature=1e-2, repetition_penalty=1e-2, presence_penalty=-2.0, frequency_penalty=2.0),
+        SamplingParams(temperature=100.0, repetition_penalty=10.0, presence_penalty=2.0, frequency_penalty=-2.0),
+        SamplingParams(temperature=0.0, repetition_penalty=1e-2, seed=(1 << 64) - 1),
+    ]
+    for p in edges:
+        row = SampleRow(p, 0, 3, prompt_ids=[0, 1], output_ids=[1, 2, 3])
+        scores = apply_penalties(logits, row)
+        assert torch.isfinite(scores).all()
+        if not p.greedy:
+            assert torch.isfinite(processed_probs(scores, p)).all()
+        assert 0 <= sample(logits.unsqueeze(0), [row])[0] < 4
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_row_with_no_valid_choice_raises_sampling_error(temperature: float) -> None:
+    params = SamplingParams(temperature=temperature, seed=0)
+    nothing = torch.zeros(3, dtype=torch.bool)
+    with pytest.raises(SamplingError):
+        sample(torch.tensor([[1.0, 2.0, 3.0]]), [SampleRow(params, 0, 0, allowed=nothing)])
+    with pytest.raises(SamplingError):
+        sample(torch.tensor([[1.0, float("nan"), 3.0]]), [SampleRow(replace(params, repetition_penalty=1.5), 0, 0)])
+
+
+def test_sample_each_fails_only_the_bad_row() -> None:
+    logits = torch.tensor([[1.0, 5.0, 3.0], [4.0, 1.0, 0.0], [0.0, 0.0, 9.0]])
+    good = SamplingParams(temperature=0.7, seed=3)
+    rows = [
+        SampleRow(good, 3, 0),
+        SampleRow(good, 3, 0, allowed=torch.zeros(3, dtype=torch.bool)),
+        SampleRow(SamplingParams(temperature=0.0), 0, 0),
+    ]
+    out = sample_each(logits, rows)
+    assert isinstance(out[1], SamplingError)
+    assert [out[0], out[2]] == [sample(logits[[0]], rows[:1])[0], 2]
+    assert list(sample_each(logits[[0, 2]], [rows[0], rows[2]])) == [out[0], 2]
+
+
+def test_request_seeds_are_stable_hashes() -> None:
+    assert request_seed(5, 0, "a") == 5
+    assert request_seed(None, 0, "a") == request_seed(None, 0, "a") != request_seed(None, 0, "b")
+    assert request_seed(None, 0, "a") != request_seed(None, 1, "a")
+    assert request_seed(None, 0, "req-1") == -6492465261225725540  # the same in every process

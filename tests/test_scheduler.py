@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from forge.core.outputs import ModelOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.kvcache.paged import PagedKVCache
-from forge.outputs import ModelOutput
 from forge.policies.fcfs import FCFS
 from forge.policies.priority import PriorityPolicy
-from forge.request import Request
-from forge.sampling_params import SamplingParams
-from forge.scheduler import Scheduler, SchedulerLimits
+from forge.sched.scheduler import Scheduler, SchedulerLimits
 
 EOS = frozenset({999})
 

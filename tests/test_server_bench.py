@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from forge.bench.serve import arrival_gaps, main
+from benchmarks.serve import arrival_gaps, main
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer

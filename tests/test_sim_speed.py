@@ -1,7 +1,7 @@
 """The fast paths of simulated runs give exactly what the general paths give: the synthetic model's
 host-only forward (vs. ForwardBatch tensors + sampling), the paged cache's per-request usage count
-(vs. a per-block count), the scheduler's step totals (vs. sums over the chunks, for the clock and the
-metrics), and the metrics' vectorised percentiles."""
+(vs. a per-block count), the roofline clock's sums over the decode columns (vs. its ``BatchShape``),
+and the metrics' vectorised percentiles."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from forge.build import build_engine, workload_requests
-from forge.clock import BatchShape
 from forge.config import compose_config
-from forge.engine import Engine
+from forge.core.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
+from forge.engine.build import build_engine, workload_requests
+from forge.engine.engine import Engine
+from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
 from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
-from forge.metrics import percentiles
 from forge.models.synthetic import SyntheticModel
-from forge.outputs import DecodeRows, ScheduledRequest, SchedulerOutput, StepTotals
-from forge.request import Request
-from forge.runner import build_forward_batch
+from forge.results.metrics import percentiles
+from forge.sim.clock import BatchShape
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
 CASES = {
@@ -138,7 +138,9 @@ def test_percentiles_skip_missing_values() -> None:
 
 
 @pytest.mark.parametrize("case", ["greedy", "ngram-drafts", "forks+prefix", "shared-prefix", "order5-bs4", "swap"])
-def test_step_totals_match_the_chunks(case: str) -> None:
+def test_clock_sums_match_the_batch_shape(case: str) -> None:
+    """The roofline clock's sums over a step (decodes summed column-wise) give what its
+    ``BatchShape`` gives, and the same with every row as a ``ScheduledRequest`` chunk."""
     cfg = compose_config([*BASE, *CASES[case]])
     engine = build_engine(cfg)
     steps: list[SchedulerOutput] = []
@@ -155,9 +157,11 @@ def test_step_totals_match_the_chunks(case: str) -> None:
     cost = engine.clock.cost_model  # type: ignore[attr-defined]
     decodes = 0
     for sched in steps:
-        assert sched.totals == StepTotals.of(sched.scheduled, prompt.__getitem__)
         assert sched.num_batched_tokens == sum(s.num_tokens for s in sched.scheduled)
         expected = cost.step_time(BatchShape.of(sched))
-        assert cost.step_time_of(sched) == expected == cost.step_time_of(dataclasses.replace(sched, totals=None))
+        as_chunks = dataclasses.replace(
+            sched, chunks=sched.scheduled, decodes=DecodeRows(), chunk_requests=sched.requests
+        )
+        assert cost.step_time_of(sched) == expected == cost.step_time_of(as_chunks)
         decodes += sum(s.num_tokens == 1 and s.start >= prompt[s.request_id] for s in sched.scheduled)
     assert len(steps) > 50 and decodes > 500

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from forge import LLM, SamplingParams
-from forge.build import build_engine
 from forge.config import compose_config
-from forge.engine import Engine
+from forge.core.request import Request
+from forge.engine.build import build_engine
+from forge.engine.engine import Engine
 from forge.main import run_offline
 from forge.models.synthetic import SyntheticModel
-from forge.request import Request
 from forge.spec.draft_model import DraftModelDrafter
 
 TEXT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
@@ -146,3 +146,31 @@ def test_run_offline_reports_speculation(tmp_path: Path) -> None:
     assert summary["total_output_tokens"] == 8 * 64
     assert 0 < summary["spec_acceptance_rate"] < 1
     assert len(summary["spec_acceptance_per_position"]) == 5
+
+
+def test_seeded_sampling_with_ngram_drafts_does_not_depend_on_the_pool() -> None:
+    """A 13-block pool preempts; a seeded sampled request still emits the tokens it emits with the
+    auto-sized pool, and the ones it emits with no drafter at all."""
+    prompts = [f"the cat sat on the mat {i} the cat sat on the mat {i} the cat" for i in range(8)]
+    params = [SamplingParams(max_tokens=24, temperature=0.8, seed=i) for i in range(8)]
+    auto = [o.token_ids for o in LLM("model=tiny", "drafter=ngram").generate(prompts, params)]
+    small = LLM("model=tiny", "drafter=ngram", "kvcache.num_blocks=13")
+    assert [o.token_ids for o in small.generate(prompts, params)] == auto
+    assert small.engine.scheduler.num_preemptions > 0 and small.engine.spec_stats.num_accepted_tokens > 0
+    assert [o.token_ids for o in LLM("model=tiny").generate(prompts, params)] == auto
+
+
+def test_seeded_sampling_with_a_draft_model_does_not_depend_on_the_pool() -> None:
+    """The draft model draws with the target's generator at each position and verification emits
+    the target's own draws: a seeded request's tokens are the same with a preempting 13-block pool,
+    the auto pool and no drafter, and the coupled drafts are still accepted."""
+    prompts = [f"speculate {i} with a draft model" for i in range(8)]
+    params = [SamplingParams(max_tokens=24, temperature=0.8, seed=i) for i in range(8)]
+    auto = LLM("model=tiny", "drafter=draft_model")
+    tokens = [o.token_ids for o in auto.generate(prompts, params)]
+    small = LLM("model=tiny", "drafter=draft_model", "kvcache.num_blocks=13")
+    assert [o.token_ids for o in small.generate(prompts, params)] == tokens
+    assert small.engine.scheduler.num_preemptions > 0
+    assert [o.token_ids for o in LLM("model=tiny").generate(prompts, params)] == tokens
+    stats = auto.engine.spec_stats
+    assert stats.num_accepted_tokens > 0.5 * stats.num_draft_tokens

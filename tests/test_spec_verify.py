@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from forge.request import Request
-from forge.sampling_params import SamplingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.sampling.sampler import SampleRow, sample_row
 from forge.spec.verify import verify, verify_request
 
 ALPHA = 0.01
@@ -135,11 +136,34 @@ def test_verify_request_greedy_matches_argmax_with_penalties() -> None:
 def test_verify_request_sampling_is_a_function_of_seed_and_position() -> None:
     logits = torch.randn(3, V, generator=torch.Generator().manual_seed(0))
     params = SamplingParams(max_tokens=8, temperature=1.0, seed=7)
-    q = torch.softmax(torch.randn(2, V, generator=torch.Generator().manual_seed(1)), -1)
-    a = verify_request(logits, _request(params, [4]), 7, [0, 1], q)
-    b = verify_request(logits.clone(), _request(params, [4]), 7, [0, 1], q.clone())
+    a = verify_request(logits, _request(params, [4]), 7, [0, 1])
+    b = verify_request(logits.clone(), _request(params, [4]), 7, [0, 1])
     assert a == b
-    outs = {tuple(verify_request(logits, _request(params, [4] * n), 7, [0, 1], q)[0]) for n in range(30)}
+    outs = {tuple(verify_request(logits, _request(params, [4] * n), 7, [0, 1])[0]) for n in range(30)}
     assert len(outs) > 1  # different positions draw differently
     with pytest.raises(ValueError):
-        verify_request(logits[:2], _request(params, []), 7, [0, 1], q)
+        verify_request(logits[:2], _request(params, []), 7, [0, 1])
+
+
+def test_sampled_verification_emits_what_sampling_without_drafts_emits() -> None:
+    """The emitted tokens are the ones the request samples with no drafts at all (same draw per
+    position), whatever was drafted."""
+    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(0))
+    for seed in range(40):
+        params = SamplingParams(max_tokens=8, temperature=1.0, seed=seed)
+        plain = [sample_row(logits[j], SampleRow(params, seed, 3 + j)) for j in range(4)]  # prompt [1, 2, 3]
+        for drafts in ([0, 0, 0], plain[:3], [*plain[:2], (plain[2] + 1) % V], [(plain[0] + 1) % V, 1, 2]):
+            tokens, _ = verify_request(logits, _request(params, []), seed, drafts)
+            assert tokens == plain[: len(tokens)]
+            accepted = len(tokens) - 1
+            assert tokens[:accepted] == drafts[:accepted]
+            assert accepted == 3 or tokens[accepted] != drafts[accepted]
+
+
+def test_one_hot_coupled_verification_keeps_the_target_distribution() -> None:
+    """The draft is accepted with probability p(x) and a rejection emits p restricted to "not x"."""
+    p = dist(3)
+    logits = torch.log(p).float().expand(2, V).clone()
+    params = SamplingParams(max_tokens=8, temperature=1.0)
+    first = torch.tensor([verify_request(logits, _request(params, []), s, [2])[0][0] for s in range(4000)])
+    assert chi2_pvalue(torch.bincount(first, minlength=V), p.float().double()) > ALPHA

@@ -9,14 +9,14 @@ import jsonschema
 import pytest
 import torch
 
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.llm import LLM
-from forge.request import Request
-from forge.sampling_params import SamplingParams
 from forge.structured.base import ConstraintSpec, GrammarError
 from forge.structured.outlines_backend import OutlinesBackend
 from forge.structured.vocab import token_bytes
 from forge.structured.xgrammar_backend import XGrammarBackend, unpack_bitmask
-from forge.tokenizer import ByteTokenizer
+from forge.tokenizers.base import ByteTokenizer
 
 SCHEMA = {
     "type": "object",

@@ -10,7 +10,7 @@ import pandas as pd
 
 from forge.config import compose_config
 from forge.main import run_offline
-from forge.sweep import gather, sweep_axes, write_sweep_report
+from forge.results.sweep import gather, sweep_axes, write_sweep_report
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from gguf_fixtures import CHAT_TEMPLATE, write_tiny_gguf
 
-from forge.chat_template import ChatTemplateError, render_chat
-from forge.gguf_tokenizer import GGUFTokenizerError, tokenizer_from_gguf
 from forge.models.gguf_file import GGUFFile
-from forge.tokenizer import ByteTokenizer, IncrementalDetokenizer, Tokenizer
-from forge.tokenizers_hf import HFTokenizer
+from forge.tokenizers.base import ByteTokenizer, IncrementalDetokenizer, Tokenizer
+from forge.tokenizers.chat_template import ChatTemplateError, render_chat
+from forge.tokenizers.gguf import GGUFTokenizerError, tokenizer_from_gguf
+from forge.tokenizers.hf import HFTokenizer
 
 TEXTS = [
     "the theory of the quick world",

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from forge.config import compose_config
-from forge.tokenizer import ByteTokenizer
-from forge.workload import LogNormal, clipped_lognormal_mean
+from forge.tokenizers.base import ByteTokenizer
 from forge.workloads.shared_prefix import SharedPrefixWorkload
+from forge.workloads.synthetic import LogNormal, clipped_lognormal_mean
 from forge.workloads.trace import TraceWorkload
 
 
@@ -94,7 +94,7 @@ def test_trace_errors_name_the_row(tmp_path) -> None:
 
 
 def test_trace_workload_runs_end_to_end(tmp_path) -> None:
-    from forge.build import build_engine, workload_requests
+    from forge.engine.build import build_engine, workload_requests
 
     path = tmp_path / "t.csv"
     path.write_text("arrival_time,input_len,output_len\n0.0,12,4\n0.01,30,5\n0.02,7,6\n")

@@ -8,9 +8,14 @@ Block bookkeeping lives in ``forge.kvcache`` and never sees a tensor.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from forge.kernels.batch import ForwardBatch
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ class AttentionMetadata:
         return max(self.seq_lens_cpu, default=0)
 
 
+class ForwardModel(Protocol):
+    """What a backend runs: every ``forge.models`` model (``Model.forward``)."""
+
+    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
+
+
 class KernelBackend(ABC):
     """Reference semantics are those of ``TorchBackend``; other backends must match them."""
 
@@ -78,6 +89,15 @@ class KernelBackend(ABC):
             )
             for _ in range(spec.num_layers)
         ]
+
+    def model_forward(
+        self, model: ForwardModel, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
+    ) -> Callable[[ForwardBatch], torch.Tensor]:
+        """How the model runner runs ``model`` over ``kv_caches`` on this backend: a function of the
+        batch returning what ``model.forward(batch, kv_caches, self)`` returns. The default is that
+        call; a backend may return an equivalent that is faster on it (CUDA graphs, say), for batches
+        of at most ``max_num_seqs`` sequences of at most ``max_blocks_per_seq`` blocks."""
+        return lambda batch: model.forward(batch, kv_caches, self)
 
     def copy_blocks(self, src: list[KVLayer], dst: list[KVLayer], pairs: list[tuple[int, int]]) -> None:
         """For every layer, K and V block ``s`` of ``src`` copied to block ``d`` of ``dst`` for each
@@ -137,3 +157,14 @@ class KernelBackend(ABC):
 
     @abstractmethod
     def argmax(self, logits: torch.Tensor) -> torch.Tensor: ...
+
+
+class PackedLinear(ABC):
+    """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
+    ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
+
+    @abstractmethod
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+LinearWeight = torch.Tensor | PackedLinear

@@ -14,13 +14,16 @@ what ``forge.kernels.cuda_graphs.GraphRunner`` captures with.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
+from forge.kernels.base import AttentionMetadata, ForwardModel, KernelBackend, KVLayer, KVSpec, PackedLinear
 from forge.kernels.cuda.quant import QuantizedWeight
-from forge.models.llama import PackedLinear
+
+if TYPE_CHECKING:
+    from forge.kernels.batch import ForwardBatch
 
 
 class CudaBackend(KernelBackend):
@@ -93,6 +96,15 @@ class CudaBackend(KernelBackend):
         self.gemv_max_rows = gemv_max_rows
         self._meta_source: AttentionMetadata | None = None
         self._meta_device: Any = None
+
+    def model_forward(
+        self, model: ForwardModel, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
+    ) -> Callable[[ForwardBatch], torch.Tensor]:
+        """Decode steps replay CUDA graphs (``forge.kernels.cuda_graphs``; eager when ``cuda_graphs``
+        is off or the batch does not qualify)."""
+        from forge.kernels.cuda_graphs import GraphRunner
+
+        return GraphRunner(model, kv_caches, self, max_num_seqs, max_blocks_per_seq).run
 
     # -- KV cache ---------------------------------------------------------------------------
     def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
-from forge.models.base import ForwardBatch, Model
+from forge.kernels.base import AttentionMetadata, ForwardModel, KernelBackend, KVLayer
+from forge.kernels.batch import ForwardBatch
 
 
 def default_buckets(max_num_seqs: int) -> list[int]:
@@ -51,7 +51,7 @@ def default_buckets(max_num_seqs: int) -> list[int]:
 class GraphRunner:
     def __init__(
         self,
-        model: Model,
+        model: ForwardModel,
         kv_caches: list[KVLayer],
         backend: KernelBackend,
         max_num_seqs: int,

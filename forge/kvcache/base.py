@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from forge.request import Request
+from forge.core.request import Request
 
 
 @dataclass(frozen=True)
@@ -54,15 +53,11 @@ class KVCacheManager(ABC):
     - ``allocate_slots(req, num_tokens, num_cacheable)`` makes the table cover the first
       ``num_tokens`` positions, all-or-nothing; False if the pool cannot. The first
       ``num_cacheable`` tokens are final (no drafts) and may be shared by prefix caching.
-    - ``allocate_decode(req)``: ``allocate_slots`` for a plain decode (the request's known tokens
-      are its computed ones + 1, no drafts), returning its block table (None: the pool cannot).
-      The default calls ``allocate_slots``; a manager may override it with a faster path.
-    - ``decode_tables()``: request id -> block table (a read-only live view) when a plain decode
-      at a position that is not the first of a block needs no ``allocate_decode`` at all (its slot
-      lies in a block the request holds, and writing it shares, copies and caches nothing); None
-      (the default) when it may. The answer holds until the next ``match_prefix`` or ``fork``.
     - ``trim(req, num_tokens)`` gives back blocks past ``num_tokens`` (rejected drafts).
     - ``free(req)`` releases everything the request holds (GPU and CPU); unknown ids are a no-op.
+    - ``discard(req)``: ``free`` after the step that was to compute the request's scheduled tokens
+      failed: blocks past its computed tokens may have been offered to a prefix cache but were
+      never written, so no later request may hit them. Managers without prefix caching: ``free``.
 
     Optional abilities (the defaults say "not supported" and the scheduler falls back):
 
@@ -88,13 +83,6 @@ class KVCacheManager(ABC):
     @abstractmethod
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool: ...
 
-    def allocate_decode(self, request: Request) -> list[int] | None:
-        end = request.num_computed_tokens + 1
-        return self.block_table(request.request_id) if self.allocate_slots(request, end, end) else None
-
-    def decode_tables(self) -> Mapping[str, list[int]] | None:
-        return None
-
     @abstractmethod
     def trim(self, request: Request, num_tokens: int) -> None: ...
 
@@ -114,6 +102,9 @@ class KVCacheManager(ABC):
     @property
     def usage_fraction(self) -> float:
         return 1.0 - self.num_free_blocks() / self.num_blocks
+
+    def discard(self, request: Request) -> None:
+        self.free(request)
 
     def num_held(self) -> int:
         """Requests currently holding blocks (the engine checks it drops to 0)."""

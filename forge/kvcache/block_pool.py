@@ -110,6 +110,12 @@ class BlockPool:
             self.free_queue.remove(block)
         block.ref_cnt += 1
 
+    def uncache(self, block: Block) -> None:
+        """Forget the block's hash: no later prefix lookup finds it."""
+        if block.block_hash is not None:
+            del self.cached[block.block_hash]
+            block.block_hash = None
+
     def cache(self, block: Block, block_hash: int) -> None:
         if not self.enable_caching or block.block_hash is not None:
             return

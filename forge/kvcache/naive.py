@@ -5,8 +5,8 @@ from __future__ import annotations
 import bisect
 from typing import Literal
 
+from forge.core.request import Request
 from forge.kvcache.base import KVCacheManager, KVUsage
-from forge.request import Request
 
 Reservation = Literal["max", "pow2", "oracle"]
 

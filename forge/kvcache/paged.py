@@ -3,12 +3,9 @@ fork with copy-on-write, and swapping to a CPU pool."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-
+from forge.core.request import Request
 from forge.kvcache.base import BlockOps, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import Block, BlockPool
-from forge.request import Request
 
 
 def chain_hash(parent: int, tokens: tuple[int, ...]) -> int:
@@ -123,6 +120,14 @@ class PagedKVCache(KVCacheManager):
 
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:
         rid = request.request_id
+        table = self._tables.get(rid)
+        if (
+            table is not None
+            and num_tokens <= len(table) * self.block_size
+            and not self._num_shared
+            and not self.enable_prefix_caching
+        ):
+            return True  # within the blocks it holds, none shared, nothing to cache (most decodes): a no-op
         blocks = self._blocks.get(rid)
         if blocks is None:
             blocks = self._blocks[rid] = []
@@ -154,21 +159,6 @@ class PagedKVCache(KVCacheManager):
                     self.pool.cache(blocks[i], hashes[i])
                 self._num_offered[rid] = max(n_full, offered)
         return True
-
-    def allocate_decode(self, request: Request) -> list[int] | None:
-        table = self._tables.get(request.request_id)
-        if (
-            table is not None
-            and request.num_computed_tokens < len(table) * self.block_size
-            and not self._num_shared
-            and not self.enable_prefix_caching
-        ):
-            return table  # the slot is in its last block, which it alone holds, and nothing is cached: no-op
-        return super().allocate_decode(request)
-
-    def decode_tables(self) -> Mapping[str, list[int]] | None:
-        # Without prefix caching no block gets shared until a fork (match_prefix hits nothing).
-        return None if self._num_shared or self.enable_prefix_caching else MappingProxyType(self._tables)
 
     def _copy_on_write(self, rid: str, blocks: list[Block], index: int) -> None:
         src = blocks[index]
@@ -223,6 +213,11 @@ class PagedKVCache(KVCacheManager):
         if blocks:
             # Tail blocks first, so they are evicted before the shared prefix blocks.
             self._release(blocks[::-1])
+
+    def discard(self, request: Request) -> None:
+        for block in self._blocks.get(request.request_id, [])[request.num_computed_tokens // self.block_size :]:
+            self.pool.uncache(block)
+        self.free(request)
 
     # -- swapping ------------------------------------------------------------------
     def swap_out(self, request: Request) -> bool:

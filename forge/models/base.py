@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
-from forge.outputs import SchedulerOutput
-from forge.tokenizer import Tokenizer
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec
+from forge.kernels.batch import ForwardBatch
+from forge.tokenizers.base import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -41,25 +41,11 @@ class ModelDims:
 
 
 @dataclass(frozen=True)
-class ForwardBatch:
-    """Flat batch of the tokens scheduled this step.
-
-    ``logits_indices`` are the rows of the flat batch whose next-token logits the caller
-    needs (one per sampling request, several for requests verifying drafts).
-    """
-
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    attn: AttentionMetadata
-    logits_indices: torch.Tensor
-
-
-@dataclass(frozen=True)
 class OneHotLogits:
     """Logits kept on the host: row i is ``value`` at column ``tokens[i]`` and 0 elsewhere.
 
-    What a model with no arithmetic returns from ``forward_host``; ``dense()`` is the
-    float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
+    What a model with no arithmetic returns from ``forward_host`` (``forge.engine.sim_runner.HostModel``);
+    ``dense()`` is the float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
     its ``tokens`` entry, so greedy sampling needs no tensor at all."""
 
     tokens: list[int]
@@ -82,13 +68,6 @@ class Model(ABC):
     ``attn.slot_mapping``) and returns float32 logits ``[len(logits_indices), vocab]``.
     It must not keep state between calls: everything it knows about a request is in the
     cache and the batch.
-
-    ``host_only`` models (no tensor arithmetic, e.g. the synthetic model on CPU) also
-    implement ``forward_host``: the same step computed from the scheduled rows directly,
-    with no ForwardBatch tensors built. It writes the same KV to the same slots, reads its
-    context back from ``kv_caches`` and returns ``OneHotLogits`` whose ``dense()`` equals
-    what ``forward`` returns for ``build_forward_batch(sched, block_size)``: the rows are, per
-    sampling row of ``sched.scheduled`` in order, one per draft token and one for its last token.
     """
 
     tokenizer: Tokenizer
@@ -97,11 +76,5 @@ class Model(ABC):
     vocab_size: int
     max_position: int
 
-    host_only: bool = False
-
     @abstractmethod
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
-
-    def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
-        """The step without tensors (``host_only`` models only; see the class docstring)."""
-        raise NotImplementedError(f"{type(self).__name__} has no host-only forward")

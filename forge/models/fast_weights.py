@@ -1,4 +1,5 @@
-"""Storage formats for the linear weights of a loaded ``Llama`` (the ``weights`` option).
+"""Storage formats for the linear weights of a loaded decoder model (``forge.models.decoder``: every
+family; the ``weights`` option).
 
 - ``same``: keep the model dtype; with float32 this is the exact path.
 - ``int8``: CPU only. Every linear weight (QKV, output, gate/up, down and the LM head) is
@@ -30,11 +31,13 @@ AVX512_BF16, no AMX) plain bfloat16 GEMMs ran slower than float32 at every batch
 from __future__ import annotations
 
 import warnings
+from typing import Any, TypeVar
 
 import torch
 
+from forge.kernels.base import LinearWeight, PackedLinear
 from forge.kernels.cpu import native
-from forge.models.llama import LinearWeight, Llama, PackedLinear
+from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
 INT4_GROUP_SIZE = 32
@@ -186,7 +189,10 @@ class RescoredInt8Head(PackedLinear):
         return logits.scatter_(1, top, exact).reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-def _rescored_head(model: Llama) -> LinearWeight:
+ModelT = TypeVar("ModelT", bound=DecoderModel[Any, Any])
+
+
+def _rescored_head(model: DecoderModel[Any, Any]) -> LinearWeight:
     head = model.lm_head
     if isinstance(head, PackedLinear):
         return head
@@ -194,7 +200,7 @@ def _rescored_head(model: Llama) -> LinearWeight:
     return RescoredInt8Head(head, model.embed if tied else None)
 
 
-def _pack_int4(weight: LinearWeight) -> LinearWeight:
+def _pack_int4(name: str, weight: LinearWeight) -> LinearWeight:
     if isinstance(weight, PackedLinear):
         return weight
     k, n = weight.shape
@@ -203,12 +209,20 @@ def _pack_int4(weight: LinearWeight) -> LinearWeight:
     return Int4GroupLinear(weight)
 
 
-def _pack(weight: LinearWeight, kind: type[PackedLinear]) -> LinearWeight:
-    return weight if isinstance(weight, PackedLinear) else kind(weight)  # type: ignore[call-arg]
+def _pack_int8(name: str, weight: LinearWeight) -> LinearWeight:
+    return weight if isinstance(weight, PackedLinear) else Int8RowwiseLinear(weight)
 
 
-def apply_weight_format(model: Llama, weights: str) -> Llama:
-    """``model`` with its linear weights stored as ``weights`` (see the module doc); in place."""
+def _pack_fbgemm(name: str, weight: LinearWeight) -> LinearWeight:
+    # The down projection stays as it is: its input has outliers a per-tensor scale crushes.
+    if name == "w_down" or isinstance(weight, PackedLinear):
+        return weight
+    return Int8DynamicLinear(weight)
+
+
+def apply_weight_format(model: ModelT, weights: str) -> ModelT:
+    """``model`` with its linear weights stored as ``weights`` (see the module doc): ``model`` itself for
+    ``same``, else a copy sharing everything but the packed linears (``DecoderModel.with_linears``)."""
     if weights not in WEIGHT_FORMATS:
         raise ValueError(f"unknown weights format {weights!r} (choose from {', '.join(WEIGHT_FORMATS)})")
     if weights == "same":
@@ -218,26 +232,9 @@ def apply_weight_format(model: Llama, weights: str) -> Llama:
     if weights == "int8_fbgemm":
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise ValueError("weights=int8_fbgemm needs a torch build with the fbgemm quantized engine")
-        for layer in model.layers:
-            layer.wqkv = _pack(layer.wqkv, Int8DynamicLinear)
-            layer.wo = _pack(layer.wo, Int8DynamicLinear)
-            layer.w_gate_up = _pack(layer.w_gate_up, Int8DynamicLinear)
-        model.lm_head = _pack(model.lm_head, Int8DynamicLinear)
-        return model
+        return model.with_linears(_pack_fbgemm, _pack_fbgemm("lm_head", model.lm_head))
     if weights == "int4":
         if not int4_available():
             raise ValueError("weights=int4 needs torch._weight_int4pack_mm_for_cpu (torch >= 2.6)")
-        for layer in model.layers:
-            layer.wqkv = _pack_int4(layer.wqkv)
-            layer.wo = _pack_int4(layer.wo)
-            layer.w_gate_up = _pack_int4(layer.w_gate_up)
-            layer.w_down = _pack_int4(layer.w_down)
-        model.lm_head = _rescored_head(model)
-        return model
-    for layer in model.layers:
-        layer.wqkv = _pack(layer.wqkv, Int8RowwiseLinear)
-        layer.wo = _pack(layer.wo, Int8RowwiseLinear)
-        layer.w_gate_up = _pack(layer.w_gate_up, Int8RowwiseLinear)
-        layer.w_down = _pack(layer.w_down, Int8RowwiseLinear)
-    model.lm_head = _pack(model.lm_head, Int8RowwiseLinear)
-    return model
+        return model.with_linears(_pack_int4, _rescored_head(model))
+    return model.with_linears(_pack_int8, _pack_int8("lm_head", model.lm_head))

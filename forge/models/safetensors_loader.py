@@ -1,8 +1,9 @@
-"""Llama-family models from a Hugging Face directory: ``config.json``, ``tokenizer.json``,
-and ``model.safetensors`` or shards listed in ``model.safetensors.index.json``.
+"""Models from a Hugging Face directory: ``config.json``, ``tokenizer.json``, and
+``model.safetensors`` or shards listed in ``model.safetensors.index.json``.
 
-``model_type`` ``llama``, ``mistral`` (without sliding window) and ``qwen2`` are accepted;
-anything else is a ``CheckpointError`` naming the directory.
+``config.json``'s ``model_type`` is looked up in the model registry (``forge.models.registry``:
+``llama``, ``mistral`` without sliding window, ``qwen2``), whose family parses the config and
+builds the model; anything else is a ``CheckpointError`` naming the directory.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from forge.models.decoder import DecoderModel
+from forge.models.family import CheckpointError, HFFormat, ModelFamily, ModelRegistry
 from forge.models.fast_weights import apply_weight_format
-from forge.models.llama import Llama, LlamaConfig
-from forge.tokenizers_hf import load_hf_tokenizer
+from forge.models.registry import MODEL_REGISTRY
+from forge.tokenizers.hf import load_hf_tokenizer
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-
-
-class CheckpointError(ValueError):
-    """An unusable checkpoint directory; the message names it and the problem."""
+__all__ = ["CheckpointError", "config_from_hf", "load_safetensors", "read_state_dict", "shard_files"]
 
 
 def _read_config(directory: str) -> dict[str, Any]:
@@ -34,37 +33,24 @@ def _read_config(directory: str) -> dict[str, Any]:
     return config
 
 
-def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> LlamaConfig:
-    """``LlamaConfig`` from a ``config.json`` dict (transformers v4 and v5 spellings)."""
+def family_of(
+    hf: dict[str, Any], directory: str = "", registry: ModelRegistry = MODEL_REGISTRY
+) -> tuple[ModelFamily, HFFormat]:
+    """The registered family of ``config.json``'s ``model_type`` (a ``CheckpointError`` if none)."""
     model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise CheckpointError(f"{directory}: model_type {model_type!r} is not supported "
-                              f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-    if model_type == "mistral" and hf.get("sliding_window"):
-        window, context = hf["sliding_window"], hf.get("max_position_embeddings", 0)
-        if window < context:
-            raise CheckpointError(f"{directory}: sliding-window attention ({window}) is not supported")
-    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-    theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
-    if rope.get("rope_type", rope.get("type")) in (None, "default"):
-        rope = {}
-    heads = int(hf["num_attention_heads"])
-    context = int(hf.get("max_position_embeddings", 2048))
-    return LlamaConfig(
-        vocab_size=int(hf["vocab_size"]),
-        hidden_size=int(hf["hidden_size"]),
-        intermediate_size=int(hf["intermediate_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or 0),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-        rope_theta=theta,
-        rope_scaling=rope or None,
-        max_position=min(context, max_position) if max_position else context,
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        attention_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
-    )
+    found = registry.for_hf(model_type) if isinstance(model_type, str) else None
+    if found is None:
+        raise CheckpointError(
+            f"{directory}: model_type {model_type!r} is not supported (supported: {', '.join(registry.hf_model_types)})"
+        )
+    return found
+
+
+def config_from_hf(
+    hf: dict[str, Any], directory: str = "", max_position: int | None = None, registry: ModelRegistry = MODEL_REGISTRY
+) -> Any:
+    """The config of ``config.json``'s family (``LlamaConfig``...), as that family parses it."""
+    return family_of(hf, directory, registry)[1].config(hf, directory, max_position)
 
 
 def shard_files(directory: str) -> list[str]:
@@ -100,15 +86,19 @@ def load_safetensors(
     device: str = "cpu",
     weights: str = "same",
     max_position: int | None = None,
-) -> Llama:
-    """A ``Llama`` from the Hugging Face directory ``path``; weights cast to ``dtype``."""
+    registry: ModelRegistry = MODEL_REGISTRY,
+) -> DecoderModel[Any, Any]:
+    """The model in the Hugging Face directory ``path``, of the family its ``model_type`` names in
+    ``registry``; weights cast to ``dtype`` and stored as ``weights`` (``forge.models.fast_weights``)."""
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: not a directory (expected a Hugging Face model directory)")
-    config = config_from_hf(_read_config(path), path, max_position)
+    hf = _read_config(path)
+    family, fmt = family_of(hf, path, registry)
+    config = fmt.config(hf, path, max_position)
     tokenizer = load_hf_tokenizer(path)
     state = read_state_dict(path)
     try:
-        model = Llama.from_state_dict(config, state, tokenizer, getattr(torch, dtype), device)
+        model = family.build(config, state, tokenizer, getattr(torch, dtype), device)
     except KeyError as exc:
         raise CheckpointError(f"{path}: {exc.args[0]}") from exc
     return apply_weight_format(model, weights)

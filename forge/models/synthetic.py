@@ -9,11 +9,12 @@ import struct
 
 import torch
 
+from forge.core.outputs import SchedulerOutput
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.models.base import ForwardBatch, Model, ModelDims, OneHotLogits
+from forge.kernels.batch import ForwardBatch
+from forge.models.base import Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
-from forge.outputs import SchedulerOutput
-from forge.tokenizer import ByteTokenizer
+from forge.tokenizers.base import ByteTokenizer
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
 
@@ -26,8 +27,9 @@ class SyntheticModel(Model):
     way, which n-gram drafting can exploit; otherwise the position is mixed in too.
     Output lengths come from the workload (``max_tokens``); EOS is never produced.
     ``dims`` names the transformer whose cost the simulated clock charges for it.
-    On CPU it is ``host_only``: ``forward_host`` reads and writes the cache tensor through a
-    host view of its memory, building no batch tensors (what makes simulated runs fast).
+    It is a ``forge.engine.sim_runner.HostModel``: ``forward_host`` reads and writes a host cache tensor
+    through a view of its memory, building no batch tensors (what makes simulated runs fast; the
+    ``SimulationRunner`` calls it on CPU).
     """
 
     def __init__(
@@ -55,7 +57,6 @@ class SyntheticModel(Model):
         self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype=torch.int64)
         self.dims: ModelDims = model_dims(dims)
         self.device = torch.device(device)
-        self.host_only = self.device.type == "cpu"
         # ``order`` consecutive int64 KV slots as a tuple, from a byte offset in the cache's host view
         self._unpack_context = struct.Struct(f"={order}q").unpack_from
 
@@ -104,6 +105,7 @@ class SyntheticModel(Model):
         return OneHotLogits(tokens, self.peak, self.vocab_size, device).dense()
 
     def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
+        """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""
         k_cache, v_cache = kv_caches[0]
         # Host views sharing the cache tensors' memory: each slot is one int64 (1 head x head_dim 1).
         k = k_cache.view(-1).numpy().data

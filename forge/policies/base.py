@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forge.request import Request
+from forge.core.request import Request
 
 
 def _no_prefix(request: Request) -> int:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from forge.core.request import Request
 from forge.policies.base import Policy
-from forge.request import Request
 
 
 class PriorityPolicy(Policy):

@@ -8,7 +8,6 @@ runs on its own thread (``AsyncEngine``)."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,18 +16,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.requests import Request as HTTPRequest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from forge.engine import Engine
-from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, Stream
-from forge.server.auth import RateLimiter, bearer_key
-from forge.server.generation import ChoiceSpec, ChoiceText, Delta, EngineLimits, RequestBuilder
+from forge.engine.engine import Engine
+from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
+from forge.server.auth import RateLimiter, bearer_key, key_is_valid
+from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
+from forge.server.generation import (
+    ChoiceSpec,
+    ChoiceText,
+    Delta,
+    EngineLimits,
+    RequestBuilder,
+    check_encodable,
+    check_model,
+)
+from forge.server.launch import ForgeServer, uvicorn_config
+from forge.server.limits import BodyLimits
 from forge.server.metrics import ServerMetrics
 from forge.server.protocol import (
     APIError,
@@ -41,6 +49,7 @@ from forge.server.protocol import (
 from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
 from forge.server.settings import ServerSettings
 from forge.structured.base import StructuredBackend
+from forge.structured.compile_pool import CompilePool
 
 log = logging.getLogger("forge.server")
 _PROTECTED = ("/v1/", "/tokenize", "/detokenize")
@@ -56,14 +65,18 @@ class ServerState:
     model_name: str
     max_model_len: int
     created: int = field(default_factory=lambda: int(time.time()))
+    draining: bool = False
 
     def check_access(self, authorization: str | None, client: str) -> APIError | None:
+        """401 without a valid key (when keys are set); 429 past the rate limit, which is per
+        validated key, or per client address when auth is off (a made-up bearer token must not
+        buy a fresh bucket)."""
         keys = self.settings.keys()
         key = bearer_key(authorization)
-        if keys and (key is None or not any(hmac.compare_digest(key, k) for k in keys)):
+        if keys and (key is None or not key_is_valid(key, keys)):
             msg = "missing API key (Authorization: Bearer ...)" if key is None else "invalid API key"
             return APIError(msg, 401, "authentication_error", code="invalid_api_key")
-        wait = self.limiter.check(key or client)
+        wait = self.limiter.check(f"key:{key}" if keys else f"client:{client}")
         if wait:
             return APIError(
                 f"rate limit exceeded ({self.limiter.rate:g} requests/s); retry after {wait} s",
@@ -74,13 +87,12 @@ class ServerState:
             )
         return None
 
-
-def unknown_model(model: str) -> APIError:
-    return APIError(f"The model `{model}` does not exist.", 404, "NotFoundError", "model", "model_not_found")
-
-
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+    async def drain(self) -> None:
+        """Shutdown's first step: /health turns 503, new requests get 503, in-flight ones have
+        ``shutdown_timeout_s`` to finish and are then aborted (each stream's last chunk says
+        ``finish_reason="abort"``, then ``[DONE]``)."""
+        self.draining = True
+        await self.engine.shutdown(self.settings.shutdown_timeout_s)
 
 
 class AccessGuard:
@@ -120,9 +132,18 @@ class Generation:
             for rid, c in self.choices.items():
                 self.state.engine.add(c.to_request(rid), self.queue)
                 self.pending.add(rid)
-        except (EngineOverloaded, EngineClosed) as exc:
+        except EngineOverloaded as exc:
             self.close()
             raise APIError(str(exc), 503, "service_unavailable", code="overloaded") from exc
+        except EngineClosed as exc:  # its text may quote the engine's failure: logged, not sent
+            self.close()
+            log.info("request refused: %s", exc)
+            message = (
+                "the server is shutting down"
+                if self.state.draining
+                else "the engine has stopped; the server is not taking requests"
+            )
+            raise APIError(message, 503, "service_unavailable", code="unavailable") from exc
 
     def close(self) -> None:
         for rid in self.pending:
@@ -135,9 +156,13 @@ class Generation:
                 rid, item = await self.queue.get()
                 if rid not in self.pending:
                     continue
+                if isinstance(item, RequestFailed):  # forge's own words: what failed, never a library's text
+                    self.pending.discard(rid)
+                    raise APIError(f"generation failed: {item}", 500, "internal_error")
                 if isinstance(item, BaseException):
                     self.pending.discard(rid)
-                    raise APIError(f"engine error: {item}", 500, "internal_error")
+                    log.error("request %s failed in the engine", rid, exc_info=item)
+                    raise APIError("the engine failed while generating this request", 500, "internal_error")
                 text = self.texts[rid]
                 delta = text.push(item)
                 if delta.finish_reason is not None:
@@ -161,6 +186,7 @@ class Generation:
         return sum(len(c.prompt_ids) for c in {c.prompt_index: c for c in self.choices.values()}.values())
 
 
+Endpoint = Callable[..., Any]
 ChunkChoice = Callable[[ChoiceSpec, ChoiceText, Delta], dict[str, Any]]
 FinalChoice = Callable[[ChoiceSpec, Delta], dict[str, Any]]
 
@@ -209,7 +235,7 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
         raise APIError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
-    choices = b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
+    choices = await b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -261,7 +287,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    choices = b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
+    choices = await b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -289,18 +315,6 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     return await _json_response(gen, {**base, "object": "chat.completion"}, whole)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    if not errors:
-        return "invalid request", None
-    first = errors[0]
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-    if first.get("type") == "json_invalid":
-        return f"malformed JSON body: {first.get('msg', '')}", None
-    param = ".".join(loc) or None
-    return f"{param or 'body'}: {first.get('msg', 'invalid value')}", param
-
-
 def build_app(
     engine: Engine,
     settings: ServerSettings,
@@ -317,7 +331,10 @@ def build_app(
         kv_capacity_tokens=sched.kv.num_blocks * sched.kv.block_size,
         vocab_size=engine.tokenizer.vocab_size,
     )
-    builder = RequestBuilder(engine.tokenizer, limits, structured, name, settings.max_n, settings.max_logprobs)
+    compiler = CompilePool(structured) if structured is not None else None
+    builder = RequestBuilder(
+        engine.tokenizer, limits, compiler, name, settings.max_n, settings.max_logprobs, settings.max_stop_len
+    )
     state = ServerState(
         engine=AsyncEngine(engine, metrics, settings.max_waiting),
         builder=builder,
@@ -331,34 +348,44 @@ def build_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.engine.start()
+        if compiler is not None:
+            compiler.start()
         yield
         await state.engine.shutdown(settings.shutdown_timeout_s)
+        if compiler is not None:
+            compiler.close()
         if state.engine.leak:
             log.error("engine shut down with a leak: %s", state.engine.leak)
 
-    app = FastAPI(title="forge", lifespan=lifespan)
+    app = FastAPI(title="forge", lifespan=lifespan, responses=ERROR_RESPONSES)
     app.state.forge = state
+    # AccessGuard is outermost: an unauthenticated or rate-limited request's body is never read.
+    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(AccessGuard, state=state)
+    install_error_handlers(app)
 
-    @app.exception_handler(APIError)
-    async def _api_error(_: HTTPRequest, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+    def get(path: str, response_class: type[Response] = JSONResponse) -> Callable[[Endpoint], Endpoint]:
+        """A GET route that also answers HEAD (the schema lists the GET only, and a 405's
+        ``Allow`` names it)."""
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
-        return error_response(APIError(message, 400, param=param))
+        def register(endpoint: Endpoint) -> Endpoint:
+            app.get(path, response_class=response_class)(endpoint)
+            app.head(path, response_class=response_class, include_in_schema=False)(endpoint)
+            return endpoint
 
-    @app.get("/health")
+        return register
+
+    @get("/health", response_class=Response)
     async def health() -> Response:
-        ok = state.engine.healthy
+        """200 with an empty body while the server takes requests; 503 once draining or failed."""
+        ok = state.engine.healthy and not state.draining
         return Response(status_code=200 if ok else 503)
 
-    @app.get("/metrics")
+    @get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models")
+    @get("/v1/models")
     async def models() -> dict[str, Any]:
         card = {
             "id": name,
@@ -382,8 +409,8 @@ def build_app(
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
-        if body.model is not None and body.model != name:
-            raise unknown_model(body.model)
+        check_model(body.model, name)
+        check_encodable(body)
         if (body.prompt is None) == (body.messages is None):
             raise APIError("give exactly one of prompt and messages", param="prompt")
         if body.prompt is not None:
@@ -397,8 +424,7 @@ def build_app(
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
-        if body.model is not None and body.model != name:
-            raise unknown_model(body.model)
+        check_model(body.model, name)
         bad = [t for t in body.tokens if not 0 <= t < limits.vocab_size]
         if bad:
             raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
@@ -422,8 +448,8 @@ def model_choice_name(cfg: DictConfig) -> str:
 
 
 def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
-    from forge.build import build_engine
     from forge.config import validate
+    from forge.engine.build import build_engine
 
     validate(cfg)
     settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()
@@ -438,14 +464,7 @@ def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[Fas
 
 
 def serve(cfg: DictConfig) -> None:
-    import uvicorn
-
+    """Serve until SIGINT/SIGTERM, then drain (``ForgeServer``)."""
     app, settings = app_from_config(cfg)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=int(settings.shutdown_timeout_s) or None,
-    )
-    uvicorn.Server(config).run()
+    state: ServerState = app.state.forge
+    ForgeServer(uvicorn_config(app, settings), state.drain).run()

@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from forge.engine import Engine
-from forge.outputs import RequestOutput
-from forge.request import Request
+from forge.core.outputs import RequestOutput
+from forge.core.request import Request
+from forge.engine.engine import Engine
 from forge.server.metrics import ServerMetrics, ServingRecorder
 
 log = logging.getLogger("forge.server")
@@ -30,6 +30,11 @@ class EngineOverloaded(RuntimeError):
 
 class EngineClosed(RuntimeError):
     """The server is shutting down or the engine failed (HTTP 503)."""
+
+
+class RequestFailed(RuntimeError):
+    """One request failed inside the engine (its sampling, or the model step it was in); the
+    engine goes on. Delivered to that request's stream in place of an output."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,8 @@ class AsyncEngine:
     # -- requests (event loop side) ---------------------------------------------------
     def add(self, request: Request, stream: Stream) -> None:
         """Queue a request; ``(request_id, output)`` pairs arrive in ``stream`` (several requests
-        may share one), or ``(request_id, exception)`` if the engine refused it. The request's
-        last output has ``finished`` set."""
+        may share one), or ``(request_id, exception)`` if the engine refused it or it failed
+        there (``RequestFailed``: the engine goes on). The request's last output has ``finished`` set."""
         if self._closing or not self.healthy:
             raise EngineClosed("the server is shutting down" if self._closing else f"engine failed: {self.error}")
         if self._num_engine_waiting + self._inbox.qsize() >= self.max_waiting:
@@ -154,7 +159,7 @@ class AsyncEngine:
                 return
             if engine.has_unfinished():
                 outputs = engine.step()
-                self._send([(o.request_id, o) for o in outputs])
+                self._send([(o.request_id, o if o.error is None else RequestFailed(o.error)) for o in outputs])
             self._num_engine_waiting = engine.scheduler.num_unfinished - len(engine.scheduler.running)
             self.metrics.sync(engine)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import math
 import time
 from collections.abc import Callable
@@ -62,3 +63,11 @@ def bearer_key(authorization: str | None) -> str | None:
         return None
     scheme, _, value = authorization.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def key_is_valid(key: str, keys: frozenset[str]) -> bool:
+    """Constant-time comparison against every accepted key, on bytes: ``key`` is the header's
+    text decoded as latin-1 (one character per raw byte), the accepted keys are UTF-8. Any
+    header text, non-ASCII included, is a valid or a wrong key, never an error."""
+    given = key.encode("latin-1", "replace")
+    return any(hmac.compare_digest(given, k.encode("utf-8", "surrogateescape")) for k in keys)

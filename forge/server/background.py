@@ -6,18 +6,21 @@ import threading
 import time
 from types import TracebackType
 
-import uvicorn
 from fastapi import FastAPI
+
+from forge.server.launch import ForgeServer, uvicorn_config
 
 
 class BackgroundServer:
-    """``with BackgroundServer(app) as s: s.url`` — binds 127.0.0.1 on a free port by default."""
+    """``with BackgroundServer(app) as s: s.url`` — binds 127.0.0.1 on a free port by default;
+    the app's connection limits and its drain on ``stop`` are those of ``serve``."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0) -> None:
         self.app = app
         self.timeout_s = timeout_s
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
+        state = app.state.forge
+        config = uvicorn_config(app, state.settings, host=host, port=port, log_level="warning")
+        self.server = ForgeServer(config, state.drain)
         self.thread = threading.Thread(target=self.server.run, name="forge-uvicorn", daemon=True)
         self.host = host
         self.port = port

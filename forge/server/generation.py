@@ -8,15 +8,20 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge.outputs import RequestOutput
-from forge.request import Request
-from forge.sampling_params import SamplingParams
+from pydantic import BaseModel
+
+from forge.core.outputs import RequestOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
-from forge.structured.base import ConstraintSpec, Grammar, GrammarError, StructuredBackend
-from forge.tokenizer import IncrementalDetokenizer, Tokenizer
+from forge.server.stops import StopMatcher
+from forge.structured.base import ConstraintSpec, Grammar, GrammarError
+from forge.structured.compile_pool import CompileBusy, CompilePool
+from forge.tokenizers.base import IncrementalDetokenizer, Tokenizer
 
 MAX_CHOICES = 256
 MAX_STOP_STRINGS = 16
+MAX_ECHOED_NAME = 64
 _SEED_MASK = (1 << 63) - 1
 
 
@@ -51,6 +56,50 @@ class ChoiceSpec:
         )
 
 
+def check_model(model: str | None, served: str) -> None:
+    """404 unless ``model`` is the served one (``None``: the served one). The name is echoed
+    back cut to ``MAX_ECHOED_NAME`` characters."""
+    if model is not None and model != served:
+        shown = model if len(model) <= MAX_ECHOED_NAME else model[:MAX_ECHOED_NAME] + "..."
+        shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate is echoed escaped
+        raise APIError(f"The model `{shown}` does not exist.", 404, "NotFoundError", "model", "model_not_found")
+
+
+def _unencodable(value: Any, path: str) -> str | None:
+    """The path of the first string in ``value`` that is not valid Unicode (a lone surrogate
+    from a ``\\ud800`` escape cannot be encoded to UTF-8, so no tokenizer can take it)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, BaseModel):
+        fields = [(info.alias or name, getattr(value, name)) for name, info in type(value).model_fields.items()]
+        items: Any = [*fields, *(value.model_extra or {}).items()]
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list | tuple):
+        if all(type(x) is int for x in value):  # token ids: no per-item call
+            return None
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        key_path = _unencodable(key, path or "body") if isinstance(key, str) else None
+        found = key_path or _unencodable(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def check_encodable(body: BaseModel) -> None:
+    """400 if any text in the body (prompt, messages, stop, schema, ...) is not valid Unicode."""
+    path = _unencodable(body, "")
+    if path is not None:
+        raise APIError(f"{path} contains text that is not valid Unicode (a lone surrogate)", param=path)
+
+
 def _check_range(name: str, value: float | None, low: float, high: float, low_open: bool = False) -> None:
     if value is None:
         return
@@ -66,10 +115,11 @@ class RequestBuilder:
         self,
         tokenizer: Tokenizer,
         limits: EngineLimits,
-        structured: StructuredBackend | None,
+        structured: CompilePool | None,
         model_name: str,
         max_n: int,
         max_logprobs: int,
+        max_stop_len: int = 1024,
     ) -> None:
         self.tokenizer = tokenizer
         self.limits = limits
@@ -77,6 +127,7 @@ class RequestBuilder:
         self.model_name = model_name
         self.max_n = max_n
         self.max_logprobs = max_logprobs
+        self.max_stop_len = max_stop_len
         self._ids = itertools.count()
 
     def next_id(self, prefix: str) -> str:
@@ -129,10 +180,8 @@ class RequestBuilder:
 
     # -- everything else ----------------------------------------------------------------
     def check_common(self, body: SamplingFields) -> None:
-        if body.model != self.model_name:
-            raise APIError(
-                f"The model `{body.model}` does not exist.", 404, "NotFoundError", "model", "model_not_found"
-            )
+        check_model(body.model, self.model_name)
+        check_encodable(body)
         if not 1 <= body.n <= self.max_n:
             raise APIError(f"n={body.n} must be in [1, {self.max_n}]", param="n")
         _check_range("temperature", body.temperature, 0.0, 2.0)
@@ -148,10 +197,15 @@ class RequestBuilder:
         stops = body.stop_strings()
         if len(stops) > MAX_STOP_STRINGS or any(not s for s in stops):
             raise APIError(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings", param="stop")
+        if any(len(s) > self.max_stop_len for s in stops):
+            raise APIError(
+                f"each stop string may have at most {self.max_stop_len} characters (server.max_stop_len)", param="stop"
+            )
         if body.stop_token_ids:
             self._check_ids(body.stop_token_ids, "stop_token_ids")
 
-    def grammar(self, body: SamplingFields) -> Grammar | None:
+    async def grammar(self, body: SamplingFields) -> Grammar | None:
+        """The request's grammar, compiled off the event loop within the structured compile budget."""
         specs: list[tuple[str, ConstraintSpec]] = []
         rf = body.response_format
         if rf is not None and rf.type == "json_object":
@@ -172,11 +226,13 @@ class RequestBuilder:
         if self.structured is None:
             raise APIError("structured output is not configured on this server", param=param)
         try:
-            return self.structured.compile(spec)
+            return await self.structured.compile(spec)
         except GrammarError as exc:
             raise APIError(str(exc), param=param) from exc
+        except CompileBusy as exc:
+            raise APIError(str(exc), 503, "service_unavailable", param=param, code="overloaded") from exc
 
-    def choices(
+    async def choices(
         self,
         body: SamplingFields,
         prompts: list[tuple[list[int], str | None]],
@@ -188,7 +244,7 @@ class RequestBuilder:
             raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
-        grammar = self.grammar(body)
+        grammar = await self.grammar(body)
         top_k = body.top_k if body.top_k is not None and body.top_k > 0 else 0
         L = self.limits
         out: list[ChoiceSpec] = []
@@ -280,14 +336,12 @@ class ChoiceText:
 
     def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: list[int]) -> None:
         self.tokenizer = tokenizer
-        self.stops = stop_strings
-        self.max_stop = max((len(s) for s in stop_strings), default=0)
+        self.matcher = StopMatcher(stop_strings) if stop_strings else None
         self.stop_token_ids = set(stop_token_ids)
         self.detok = IncrementalDetokenizer(tokenizer)
         self.ids: list[int] = []
         self.text = ""
         self.sent = 0
-        self.searched = 0
         self.num_tokens = 0
         self.finish_reason: str | None = None
 
@@ -311,24 +365,15 @@ class ChoiceText:
     def _releasable(self, final: bool) -> tuple[str, bool]:
         text = self.text
         limit = len(text)
-        if self.stops:
-            start = max(0, self.searched - self.max_stop + 1)
-            hits = [i for s in self.stops if (i := text.find(s, start)) >= 0]
-            if hits:
-                cut = min(hits)
-                out = text[self.sent : cut]
-                self.text = text[:cut]
-                self.sent = cut
+        if self.matcher is not None:
+            hit = self.matcher.feed(text[self.matcher.fed :])
+            if hit is not None:
+                out = text[self.sent : hit.start]
+                self.text = text[: hit.start]
+                self.sent = hit.start
                 return out, True
-            self.searched = len(text)
             if not final:
-                hold = 0
-                for s in self.stops:
-                    for k in range(min(len(s) - 1, len(text)), hold, -1):
-                        if text.endswith(s[:k]):
-                            hold = k
-                            break
-                limit = len(text) - hold
+                limit = len(text) - self.matcher.hold
         out = text[self.sent : max(limit, self.sent)]
         self.sent = max(self.sent, limit)
         return out, False

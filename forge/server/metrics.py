@@ -7,15 +7,14 @@ copies gauges and cumulative counters after each step. Each app owns its registr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from forge.engine import Engine
+from forge.core.outputs import SchedulerOutput
+from forge.core.request import Request
+from forge.engine.engine import Engine
 from forge.kvcache.base import KVUsage
-from forge.metrics import MetricsRecorder
-from forge.outputs import RequestOutput, SchedulerOutput
-from forge.request import Request
+from forge.results.metrics import MetricsRecorder
+from forge.sched.step_outputs import StepOutputs
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
@@ -110,7 +109,7 @@ class ServingRecorder(MetricsRecorder):
     def on_step(
         self,
         sched: SchedulerOutput,
-        outputs: Sequence[RequestOutput],
+        outputs: StepOutputs,
         requests: dict[str, Request],
         start: float,
         end: float,

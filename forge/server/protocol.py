@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from forge.core.sampling_params import (
+    PENALTY_MAX,
+    REPETITION_PENALTY_MAX,
+    REPETITION_PENALTY_MIN,
+    SEED_MAX,
+    SEED_MIN,
+    TEMPERATURE_MIN,
+)
+
+# OpenAI's bound (the library's SamplingParams allows up to TEMPERATURE_MAX).
+SERVED_TEMPERATURE_MAX = 2.0
+LOGIT_BIAS_MAX = 100.0
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+Penalty = Annotated[float, Field(ge=-PENALTY_MAX, le=PENALTY_MAX, allow_inf_nan=False)]
+Bias = Annotated[float, Field(ge=-LOGIT_BIAS_MAX, le=LOGIT_BIAS_MAX, allow_inf_nan=False)]
+TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class APIError(Exception):
@@ -57,28 +74,43 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
+    max_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    temperature: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=SERVED_TEMPERATURE_MAX,
+        allow_inf_nan=False,
+        description=f"0 (greedy) or in [{TEMPERATURE_MIN}, {SERVED_TEMPERATURE_MAX}]; tinier values are refused",
+    )
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX, description="-1 or 0: off")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    repetition_penalty: float = Field(
+        default=1.0, ge=REPETITION_PENALTY_MIN, le=REPETITION_PENALTY_MAX, allow_inf_nan=False
+    )
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    n: int = 1
+    stop_token_ids: list[TokenId] | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
+    n: int = Field(default=1, ge=1, le=INT64_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     user: str | None = None
     response_format: ResponseFormat | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, Bias] | None = None
     # forge / vLLM extras
-    priority: int = 0
+    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     json_schema: dict[str, Any] | bool | None = None
     regex: str | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature_not_tiny(cls, value: float | None) -> float | None:
+        if value is not None and 0.0 < value < TEMPERATURE_MIN:
+            raise ValueError(f"temperature must be 0 (greedy) or >= {TEMPERATURE_MIN}")
+        return value
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
@@ -89,8 +121,8 @@ class SamplingFields(BaseModel):
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
-    logprobs: int | None = None
-    best_of: int | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    best_of: int | None = Field(default=None, ge=1, le=INT64_MAX)
     suffix: str | None = None
 
 
@@ -121,9 +153,9 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = Field(default=None, le=INT64_MAX)  # >= 1: checked as max_tokens
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: bool = True
 

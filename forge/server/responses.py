@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 
 def token_str(tokenizer: Tokenizer, token: int) -> str:

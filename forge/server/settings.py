@@ -12,8 +12,16 @@ class ServerSettings:
     ``rate_limit_rps`` / ``rate_limit_burst``: per-key token bucket over requests (0: off).
     ``max_waiting``: requests queued for the engine before new ones get 503.
     ``max_n``: most choices per request (n x prompts). ``shutdown_timeout_s``: how long in-flight
-    requests may finish on shutdown before they are aborted.
-    ``served_model_name``: the id ``/v1/models`` lists (null: the model option's name)."""
+    requests may finish on shutdown (SIGTERM) before they are aborted (streams then get a final
+    ``finish_reason="abort"`` chunk and ``[DONE]``).
+    ``served_model_name``: the id ``/v1/models`` lists (null: the model option's name).
+    ``max_stop_len``: most characters in one stop string.
+    ``max_body_bytes``: larger request bodies get 413. ``body_timeout_s``: a body not complete
+    this long after its headers gets 408. ``header_timeout_s``: a connection whose request
+    headers are not complete this long after it opened (or after the request's first byte) is
+    closed. ``keep_alive_timeout_s``: idle keep-alive connections are closed after this long.
+    ``max_header_bytes``: a request head still incomplete after this many bytes is refused
+    (uvicorn's ``h11_max_incomplete_event_size``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -26,6 +34,12 @@ class ServerSettings:
     shutdown_timeout_s: float = 10.0
     served_model_name: str | None = None
     log_level: str = "info"
+    max_stop_len: int = 1024
+    max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    keep_alive_timeout_s: float = 5.0
+    max_header_bytes: int = 16 * 1024
 
     def __post_init__(self) -> None:
         self.api_keys = [str(k) for k in self.api_keys]
@@ -35,6 +49,15 @@ class ServerSettings:
             raise ValueError("server.rate_limit_rps and server.rate_limit_burst must be >= 0")
         if self.max_waiting < 1 or self.max_n < 1:
             raise ValueError("server.max_waiting and server.max_n must be >= 1")
+        for name in ("max_stop_len", "max_body_bytes", "max_header_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("body_timeout_s", "header_timeout_s", "keep_alive_timeout_s"):
+            value = getattr(self, name)
+            if not 0 < value < float("inf"):
+                raise ValueError(f"server.{name} must be a positive number of seconds, got {value}")
+        if not 0 <= self.shutdown_timeout_s < float("inf"):
+            raise ValueError(f"server.shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
 
     def keys(self) -> frozenset[str]:
         env = os.environ.get("FORGE_API_KEY")

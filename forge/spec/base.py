@@ -7,18 +7,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from forge.request import Request
+from forge.core.request import Request
 
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens for one request; ``probs [len(token_ids), vocab]`` is the distribution each
-    was drawn from (None: the drafter has none, verification treats it as one-hot)."""
+    """Proposed tokens for one request. Sampled requests are verified by coupling (the target's own
+    draw at each position, ``forge.spec.verify``), so a drafter reports no distribution: one that
+    samples should draw with the target's generator for the position to be accepted often."""
 
     token_ids: list[int]
-    probs: torch.Tensor | None = None
 
 
 class Drafter(ABC):

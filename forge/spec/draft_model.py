@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from forge.core.outputs import ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
 from forge.kernels.base import KernelBackend, KVLayer
+from forge.kernels.batch import build_forward_batch
 from forge.kvcache.paged import PagedKVCache
 from forge.models.base import Model
 from forge.models.llama import Llama, LlamaConfig, random_state_dict, tiny_config
-from forge.outputs import ScheduledRequest, SchedulerOutput
-from forge.request import Request
-from forge.runner import build_forward_batch
-from forge.sampling import processed_probs, row_generator
+from forge.sampling.sampler import processed_probs, request_seed, row_generator
 from forge.spec.base import Draft, Drafter
-from forge.tokenizer import ByteTokenizer
+from forge.tokenizers.base import ByteTokenizer
 
 _DRAFT_SALT = 0x5EED_D4AF7
 
@@ -48,8 +47,12 @@ class DraftModelDrafter(Drafter):
     does not fit gets no draft this step.
 
     Greedy requests get the draft model's argmax (no distribution); sampled requests draw from
-    the draft model's processed distribution ``q`` (temperature, top-k/p, min-p), seeded by
-    (request seed, position) on a stream independent of the target's, and return ``q``.
+    the draft model's processed distribution ``q`` (temperature, top-k/p, min-p) with the very
+    generator the target's sampler uses at that position (``row_generator(request seed,
+    position)``, ``seed`` = the engine's). Sharing the draw's randomness couples
+    the draft with the target's own draw (``torch.multinomial`` of one sample is an exponential
+    race, so the two agree wherever ``q`` is close to ``p``); verification then emits the target's
+    draws, which never depend on what was drafted.
     """
 
     def __init__(
@@ -76,10 +79,7 @@ class DraftModelDrafter(Drafter):
         return self.model.vocab_size
 
     def _seed(self, request: Request) -> int:
-        base = request.sampling_params.seed
-        if base is None:
-            base = hash((self.seed, zlib.crc32(request.request_id.encode())))
-        return hash((base, _DRAFT_SALT))
+        return request_seed(request.sampling_params.seed, self.seed, request.request_id)
 
     def _sync(self, request: Request) -> int:
         """Cut the cached tokens to the common prefix with the request's; returns how many remain."""
@@ -110,7 +110,6 @@ class DraftModelDrafter(Drafter):
                 feed[r.request_id] = (start, r.all_token_ids[start:])
         by_id = {r.request_id: r for r in requests}
         tokens: dict[str, list[int]] = {rid: [] for rid in want}
-        probs: dict[str, list[torch.Tensor]] = {rid: [] for rid in want}
         for step in range(max(want.values(), default=0)):
             batch: list[ScheduledRequest] = []
             for rid, (start, new) in feed.items():
@@ -138,12 +137,9 @@ class DraftModelDrafter(Drafter):
                     q = processed_probs(logits[row], params)
                     g = row_generator(self._seed(request), position, logits.device)
                     token = int(torch.multinomial(q, 1, generator=g))
-                    probs[s.request_id].append(q)
                 tokens[s.request_id].append(token)
                 feed[s.request_id] = (position, [token])
-        return {
-            rid: Draft(toks, torch.stack(probs[rid]) if probs[rid] else None) for rid, toks in tokens.items() if toks
-        }
+        return {rid: Draft(toks) for rid, toks in tokens.items() if toks}
 
     def remove(self, request_id: str) -> None:
         tracked = self._tracked.pop(request_id, None)

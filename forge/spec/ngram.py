@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from forge.request import Request
+from forge.core.request import Request
 from forge.spec.base import Draft, Drafter
 
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from forge.request import Request
-from forge.sampling import SampleRow, apply_penalties, processed_probs, row_generator, top_logprobs
+from forge.core.request import Request
+from forge.sampling.sampler import SampleRow, apply_penalties, draw, processed_probs, row_generator, top_logprobs
 
 
 def verify(
@@ -71,19 +71,38 @@ def _row_scores(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
     return logits
 
 
+def _coupled(scores: torch.Tensor, rows: Sequence[SampleRow], draft_ids: Sequence[int], seed: int) -> list[int]:
+    """Sampled verification by coupling: draw each position's token exactly as ``sample_row``
+    would (same probabilities, same ``row_generator(seed, position)``), accept the drafts while
+    they equal the draws, and emit the first draw that differs (or the bonus draw). Every emitted
+    token is the target's own draw, so the output is distributed exactly as the target's sampler
+    and a seeded request's tokens are the ones it samples without drafts, whatever was drafted
+    (they cannot depend on the pool size, preemption or the drafter's state). For one-hot drafts
+    (n-gram) this is rejection sampling itself: x is accepted with probability p(x) and a rejection
+    emits p conditioned on "not x". A draft model that draws with the same generator (see
+    ``DraftModelDrafter``) agrees with the draw wherever its ``q`` is close to ``p``."""
+    emitted: list[int] = []
+    for j, (s, row) in enumerate(zip(scores, rows, strict=True)):
+        token = draw(processed_probs(s, row.params), row_generator(seed, row.position, s.device))
+        emitted.append(token)
+        if j == len(draft_ids) or token != draft_ids[j]:
+            break
+    return emitted
+
+
 def verify_request(
     logits: torch.Tensor,
     request: Request,
     seed: int,
     draft_ids: Sequence[int],
-    draft_probs: torch.Tensor | None = None,
 ) -> tuple[list[int], list[dict[int, float]] | None]:
     """Verify one request's drafts given the target's ``logits [k+1, V]`` at its draft positions.
 
     Row j is processed as the sampler would process the token at position ``num_tokens + j``
     with the drafts before it already in the output (penalties see them), and its random
     draws come from ``row_generator(seed, num_tokens + j)``: the result never depends on the
-    batch. Returns the emitted tokens and, if the request asks for them, their logprobs.
+    batch. A sampled request's tokens equal what it samples without drafts (``_coupled``).
+    Returns the emitted tokens and, if the request asks for them, their logprobs.
     """
     k = len(draft_ids)
     if logits.shape[0] != k + 1:
@@ -100,17 +119,9 @@ def verify_request(
     ids = torch.tensor([list(draft_ids)], dtype=torch.long, device=logits.device)
     if params.greedy:
         tokens, accepted = verify(ids, scores.unsqueeze(0))
+        emitted = tokens[0, : int(accepted[0]) + 1].tolist()
     else:
-        probs = torch.stack([processed_probs(s, params) for s in scores])
-        uniforms = torch.stack(
-            [
-                torch.rand(2, generator=row_generator(seed, row.position, logits.device), device=logits.device)
-                for row in rows
-            ]
-        ).double()
-        q = draft_probs[:k].unsqueeze(0) if draft_probs is not None else None
-        tokens, accepted = verify(ids, probs.unsqueeze(0), q, uniforms.unsqueeze(0))
-    emitted = tokens[0, : int(accepted[0]) + 1].tolist()
+        emitted = _coupled(scores, rows, draft_ids, seed)
     if params.logprobs is None:
         return emitted, None
     return emitted, [top_logprobs(logits[j], tok, params.logprobs) for j, tok in enumerate(emitted)]

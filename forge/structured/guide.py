@@ -1,10 +1,10 @@
-"""JSON schema -> regex (outlines-core), regex -> token-level DFA (``outlines_core.Index``), and
-per-state token masks with a length guard.
+"""Per-state token masks with a length guard over a token-level DFA (``forge.structured.dfa``).
 
 ``DFAGuide.mask(state, remaining)`` is the allowed-token mask when ``remaining`` tokens may still
 be generated, this one included. A token t is allowed iff it is EOS in an accepting state, or
 ``dist[next(state, t)] <= remaining - 1``, where ``dist[s]`` is the fewest tokens from ``s`` to an
-accepting state (reverse BFS over the token transitions, computed once per grammar). Starting
+accepting state (reverse BFS over the token transitions, computed once per grammar when the
+tables are built). Starting
 from ``dist[initial] <= budget`` (checked when the request is admitted) the invariant
 ``dist[state] <= remaining`` holds after every token, so when the budget is spent the state is
 accepting: output cut by ``max_tokens`` still parses. Masks are cached: one bool tensor per
@@ -14,92 +14,37 @@ state for the unconstrained case (``remaining`` larger than every successor's di
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 
 import torch
-from outlines_core import Index, Vocabulary
-from outlines_core.json_schema import BOOLEAN, NULL, NUMBER, STRING, build_regex_from_schema
 
-from forge.structured.base import Constraint, ConstraintSpec, GrammarError, check_budget, fit_mask
+from forge.structured.base import Constraint, check_budget, fit_mask
+from forge.structured.dfa import INF, DFATables
 
-INF = 1 << 30
-
-
-def json_object_regex(depth: int = 2) -> str:
-    """Any JSON object whose values nest objects up to ``depth`` levels (arrays hold scalars).
-
-    Written out here because outlines-core's regex for ``{"type": "object"}`` takes ~14 s to
-    index over a byte vocabulary; this one takes ~1 s at depth 2."""
-    ws = "[ ]?"
-    scalar = f"({STRING}|{NUMBER}|{BOOLEAN}|{NULL})"
-    array = rf"\[{ws}({scalar}({ws},{ws}{scalar})*)?{ws}\]"
-    value = f"({scalar}|{array})"
-    obj = ""
-    for _ in range(max(depth, 1)):
-        member = f"{STRING}{ws}:{ws}{value}"
-        obj = rf"\{{{ws}({member}({ws},{ws}{member})*)?{ws}\}}"
-        value = f"({scalar}|{array}|{obj})"
-    return obj
-
-
-def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
-    """The regex a spec compiles to (``json_object``: see ``json_object_regex``)."""
-    if spec.kind == "regex":
-        return spec.value
-    if spec.kind == "json_object":
-        return json_object_regex(min(max_recursion_depth, 2))
-    try:
-        return str(build_regex_from_schema(spec.value, None, max_recursion_depth))
-    except Exception as exc:  # outlines-core raises its own error types
-        raise GrammarError(f"invalid JSON schema: {exc}") from exc
-
-
-def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> Index:
-    vocab: dict[bytes, list[int]] = {}
-    for i, b in enumerate(tokens):
-        if b is not None and i != eos_token_id:
-            vocab.setdefault(b, []).append(i)
-    try:
-        return Index(regex, Vocabulary(eos_token_id, vocab))
-    except Exception as exc:
-        raise GrammarError(f"cannot compile regex {regex[:200]!r}: {exc}") from exc
+_BYTES_PER_MASK = 200  # a cached mask's tensor overhead besides its vocab_size bools
 
 
 class DFAGuide:
-    """Token transitions of one regex over one vocabulary, with distances to acceptance."""
+    """Token transitions of one regex over one vocabulary (``DFATables``, built by
+    ``forge.structured.dfa.build_tables``), with masks cached per state."""
 
-    def __init__(self, index: Index, eos_token_ids: Iterable[int], vocab_size: int) -> None:
-        self.index = index
+    def __init__(self, tables: DFATables, eos_token_ids: Iterable[int], vocab_size: int) -> None:
+        self.tables = tables
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(set(eos_token_ids))
-        eos = set(self.eos_token_ids)
-        self.initial: int = index.get_initial_state()
-        self.finals: frozenset[int] = frozenset(index.get_final_states())
-        self.transitions: dict[int, dict[int, int]] = {
-            s: {t: n for t, n in edges.items() if t not in eos} for s, edges in index.get_transitions().items()
-        }
-        self.dist = self._distances()
-        if self.dist.get(self.initial, INF) >= INF:
-            raise GrammarError("the pattern accepts no string this vocabulary can spell")
+        self.initial = tables.initial
+        self.finals = tables.finals
+        self.transitions = tables.transitions
+        self.dist = tables.dist
+        self._tables_nbytes = tables.nbytes
         self._succ_max: dict[int, int] = {}
         self._full: dict[int, torch.Tensor] = {}
         self._tight: dict[tuple[int, int], torch.Tensor] = {}
 
-    def _distances(self) -> dict[int, int]:
-        reverse: dict[int, set[int]] = {}
-        for s, edges in self.transitions.items():
-            for n in edges.values():
-                reverse.setdefault(n, set()).add(s)
-        dist = dict.fromkeys(self.finals, 0)
-        queue = deque(self.finals)
-        while queue:
-            s = queue.popleft()
-            for p in reverse.get(s, ()):
-                if p not in dist:
-                    dist[p] = dist[s] + 1
-                    queue.append(p)
-        return dist
+    @property
+    def nbytes(self) -> int:
+        """Tables plus the masks cached so far."""
+        return self._tables_nbytes + self.num_cached_masks * (self.vocab_size + _BYTES_PER_MASK)
 
     @property
     def min_tokens(self) -> int:

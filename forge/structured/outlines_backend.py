@@ -1,16 +1,16 @@
 """``structured=outlines``: outlines-core's token index, one cached mask tensor per DFA state.
 
 Per generated token the cost is a dict lookup for the next state and a cached tensor for the
-mask; the index itself is built once per distinct spec (LRU-cached)."""
+mask; the index itself is built once per distinct spec (in a compile worker when serving) and
+its tables kept in the backend's byte-bounded cache."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from forge.structured.base import Constraint, ConstraintSpec, Grammar, StructuredBackend
-from forge.structured.guide import DFAConstraint, DFAGuide, build_index, spec_to_regex
+from forge.structured.base import CompileLimits, Constraint, ConstraintSpec, Grammar, StructuredBackend
+from forge.structured.dfa import DFABuilder, DFATables
+from forge.structured.guide import DFAConstraint, DFAGuide
 from forge.structured.vocab import grammar_vocab
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 
 class DFAGrammar(Grammar):
@@ -24,27 +24,47 @@ class DFAGrammar(Grammar):
     def constraint(self, budget: int) -> Constraint:
         return DFAConstraint(self.guide, budget)
 
+    @property
+    def nbytes(self) -> int:
+        return self.guide.nbytes
+
 
 class OutlinesBackend(StructuredBackend):
-    """``max_recursion_depth``: nesting depth for recursive schemas and ``json_object``;
-    ``cache_size``: compiled specs kept (least recently used dropped)."""
+    """``max_recursion_depth``: nesting depth for recursive schemas and ``json_object``; the
+    ``compile_*``, ``max_*`` and ``cache_mb`` options: the ``CompileLimits``."""
 
     name = "outlines"
 
-    def __init__(self, tokenizer: Tokenizer, max_recursion_depth: int = 3, cache_size: int = 64) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        max_recursion_depth: int = 3,
+        compile_timeout_s: float = 5.0,
+        max_states: int = 100_000,
+        compile_memory_mb: int = 1024,
+        compile_workers: int = 1,
+        max_pending_compiles: int = 8,
+        cache_mb: int = 256,
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_recursion_depth = max_recursion_depth
-        self.cache_size = cache_size
         self.vocab_size = tokenizer.vocab_size
         self.tokens, self.eos_token_ids = grammar_vocab(tokenizer)
-        self._guides = lru_cache(maxsize=cache_size)(self._build_guide)
+        self.init_cache(
+            CompileLimits(
+                compile_timeout_s, max_states, compile_memory_mb, compile_workers, max_pending_compiles, cache_mb
+            )
+        )
+        self._builder = DFABuilder(self.tokens, frozenset(self.eos_token_ids), max_recursion_depth)
 
-    def _build_guide(self, spec: ConstraintSpec) -> DFAGuide:
-        index = build_index(spec_to_regex(spec, self.max_recursion_depth), self.tokens, min(self.eos_token_ids))
-        return DFAGuide(index, self.eos_token_ids, self.vocab_size)
+    def builder(self) -> DFABuilder:
+        return self._builder
+
+    def load(self, artifact: object) -> DFAGrammar:
+        assert isinstance(artifact, DFATables)
+        return DFAGrammar(DFAGuide(artifact, self.eos_token_ids, self.vocab_size))
 
     def guide(self, spec: ConstraintSpec) -> DFAGuide:
-        return self._guides(spec)
-
-    def compile(self, spec: ConstraintSpec) -> Grammar:
-        return DFAGrammar(self.guide(spec))
+        grammar = self.compile(spec)
+        assert isinstance(grammar, DFAGrammar)
+        return grammar.guide

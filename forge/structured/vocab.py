@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 
 from forge.structured.base import GrammarError
-from forge.tokenizer import ByteTokenizer, Tokenizer
+from forge.tokenizers.base import ByteTokenizer, Tokenizer
 
 _HEX_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 

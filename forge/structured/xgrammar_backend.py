@@ -12,28 +12,35 @@ alongside and the mask is xgrammar's AND the guide's length-safe mask (see
 every output inside both languages; should it ever be empty, the guide's mask alone is used
 and xgrammar's matcher is dropped for that request. With ``length_guard: false`` only xgrammar
 decides, and an output cut by ``max_tokens`` may be an unfinished document.
+
+Compiles run in a worker process when serving: the compiled grammar crosses back as xgrammar's
+``serialize_json`` text (re-attached to this process's ``TokenizerInfo``) and the guide as its
+``DFATables``.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import xgrammar as xgr
 
 from forge.structured.base import (
+    CompileLimits,
     Constraint,
     ConstraintSpec,
     Grammar,
+    GrammarBuilder,
     GrammarError,
     StructuredBackend,
     check_budget,
     fit_mask,
 )
-from forge.structured.guide import DFAConstraint, DFAGuide, build_index, spec_to_regex
+from forge.structured.dfa import DFATables, build_tables, spec_to_regex
+from forge.structured.guide import DFAConstraint, DFAGuide
 from forge.structured.vocab import grammar_vocab
-from forge.tokenizer import Tokenizer
+from forge.tokenizers.base import Tokenizer
 
 _BITS = torch.arange(32, dtype=torch.int32)
 
@@ -96,42 +103,101 @@ class XGrammarGrammar(Grammar):
     def constraint(self, budget: int) -> Constraint:
         return XGrammarConstraint(self, budget)
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.compiled.memory_size_bytes) + (self.guide.nbytes if self.guide is not None else 0)
+
+
+def tokenizer_info(tokens: list[bytes | None], vocab_size: int, eos_token_ids: frozenset[int]) -> Any:
+    return xgr.TokenizerInfo(
+        [b if b is not None else b"" for b in tokens],
+        xgr.VocabType.RAW,
+        vocab_size=vocab_size,
+        stop_token_ids=sorted(eos_token_ids),
+    )
+
+
+@dataclass(frozen=True)
+class XGrammarArtifact:
+    """What a compile sends back: xgrammar's serialized grammar, and the guide's tables."""
+
+    compiled_json: str
+    tables: DFATables | None
+
+
+class XGrammarBuilder(GrammarBuilder):
+    """Spec -> ``XGrammarArtifact``. The xgrammar compiler is made on first use in the process
+    that builds (it cannot be pickled) and dropped when the builder is pickled."""
+
+    def __init__(
+        self, tokens: list[bytes | None], eos_token_ids: frozenset[int], vocab_size: int, depth: int, guard: bool
+    ) -> None:
+        self.tokens = tokens
+        self.eos_token_ids = eos_token_ids
+        self.vocab_size = vocab_size
+        self.max_recursion_depth = depth
+        self.length_guard = guard
+        self._compiler: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_compiler": None}
+
+    def build(self, spec: ConstraintSpec, max_states: int) -> XGrammarArtifact:
+        regex = spec_to_regex(spec, self.max_recursion_depth)
+        if self._compiler is None:
+            info = tokenizer_info(self.tokens, self.vocab_size, self.eos_token_ids)
+            self._compiler = xgr.GrammarCompiler(info, max_threads=1)
+        try:
+            compiled = self._compiler.compile_regex(regex)
+        except Exception as exc:
+            raise GrammarError(f"the regex {regex[:64]!r} is invalid or uses an unsupported feature") from exc
+        tables = None
+        if self.length_guard:
+            tables = build_tables(regex, self.tokens, self.eos_token_ids, max_states, spec.description)
+        return XGrammarArtifact(compiled.serialize_json(), tables)
+
 
 class XGrammarBackend(StructuredBackend):
     """``length_guard``: keep outputs valid when ``max_tokens`` cuts them (see module doc);
-    ``max_recursion_depth``: nesting depth of recursive schemas; ``cache_size``: specs kept."""
+    ``max_recursion_depth``: nesting depth of recursive schemas; the ``compile_*``, ``max_*`` and
+    ``cache_mb`` options: the ``CompileLimits``."""
 
     name = "xgrammar"
 
     def __init__(
-        self, tokenizer: Tokenizer, length_guard: bool = True, max_recursion_depth: int = 3, cache_size: int = 64
+        self,
+        tokenizer: Tokenizer,
+        length_guard: bool = True,
+        max_recursion_depth: int = 3,
+        compile_timeout_s: float = 5.0,
+        max_states: int = 100_000,
+        compile_memory_mb: int = 1024,
+        compile_workers: int = 1,
+        max_pending_compiles: int = 8,
+        cache_mb: int = 256,
     ) -> None:
         self.tokenizer = tokenizer
         self.length_guard = length_guard
         self.max_recursion_depth = max_recursion_depth
-        self.cache_size = cache_size
         self.vocab_size = tokenizer.vocab_size
         self.tokens, self.eos_token_ids = grammar_vocab(tokenizer)
-        info = xgr.TokenizerInfo(
-            [b if b is not None else b"" for b in self.tokens],
-            xgr.VocabType.RAW,
-            vocab_size=self.vocab_size,
-            stop_token_ids=sorted(self.eos_token_ids),
+        self.info = tokenizer_info(self.tokens, self.vocab_size, self.eos_token_ids)
+        self.init_cache(
+            CompileLimits(
+                compile_timeout_s, max_states, compile_memory_mb, compile_workers, max_pending_compiles, cache_mb
+            )
         )
-        self.compiler = xgr.GrammarCompiler(info, max_threads=1)
-        self._grammars = lru_cache(maxsize=cache_size)(self._build)
+        self._builder = XGrammarBuilder(
+            self.tokens, self.eos_token_ids, self.vocab_size, max_recursion_depth, length_guard
+        )
 
-    def _build(self, spec: ConstraintSpec) -> XGrammarGrammar:
-        regex = spec_to_regex(spec, self.max_recursion_depth)
-        try:
-            compiled = self.compiler.compile_regex(regex)
-        except Exception as exc:
-            raise GrammarError(f"cannot compile regex {regex[:200]!r}: {exc}") from exc
+    def builder(self) -> XGrammarBuilder:
+        return self._builder
+
+    def load(self, artifact: object) -> XGrammarGrammar:
+        assert isinstance(artifact, XGrammarArtifact)
+        compiled = xgr.CompiledGrammar.deserialize_json(artifact.compiled_json, self.info)
         guide = None
-        if self.length_guard:
-            index = build_index(regex, self.tokens, min(self.eos_token_ids))
-            guide = DFAGuide(index, self.eos_token_ids, self.vocab_size)
+        if artifact.tables is not None:
+            guide = DFAGuide(artifact.tables, self.eos_token_ids, self.vocab_size)
         return XGrammarGrammar(compiled, guide, self.vocab_size, self.eos_token_ids)
-
-    def compile(self, spec: ConstraintSpec) -> Grammar:
-        return self._grammars(spec)

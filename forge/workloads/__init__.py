@@ -1,2 +1,3 @@
-"""Workloads beyond the synthetic one: shared system prompts and trace replay.
-The base classes and length / arrival distributions live in ``forge.workload``."""
+"""Seeded workloads: arrivals and lengths (``synthetic``), shared system prompts and trace replay.
+
+Imports only ``forge.core`` and ``forge.tokenizers``."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from forge.tokenizer import Tokenizer
-from forge.workload import Arrivals, LengthDist, RequestSpec, Workload
+from forge.tokenizers.base import Tokenizer
+from forge.workloads.synthetic import Arrivals, LengthDist, RequestSpec, Workload
 
 
 class SharedPrefixWorkload(Workload):

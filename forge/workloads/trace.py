@@ -18,8 +18,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from forge.tokenizer import Tokenizer
-from forge.workload import RequestSpec, Workload
+from forge.tokenizers.base import Tokenizer
+from forge.workloads.synthetic import RequestSpec, Workload
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:

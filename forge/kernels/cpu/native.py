@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from forge.models.fetch import cache_dir
+from forge.core.cache import cache_dir
 
 HERE = Path(__file__).parent
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c11")

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from forge.models.fetch import cache_dir
+from forge.core.cache import cache_dir
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cuda_cpu.h", "cuda_fp16.h", "cuda_bf16.h")

@@ -1,0 +1,306 @@
+"""A ``vllm bench serve``-style client: send a forge workload to an OpenAI-compatible server
+and report TTFT, TPOT, ITL, E2EL (mean, median, std, p90, p99), throughput and goodput.
+
+    python -m benchmarks.serve --url http://127.0.0.1:8000 --workload poisson \\
+        --num-prompts 200 --request-rate 20 --burstiness 1.0 --max-concurrency 64 \\
+        --goodput ttft:500 tpot:50 e2el:5000
+
+Prompts and output lengths come from the forge workload option (``conf/workload/<name>.yaml``,
+plus ``--set key=value`` overrides); arrivals from ``--request-rate`` (Poisson, or gamma with
+``--burstiness``; ``inf`` = all at once), or the workload's own arrival times if no rate is given.
+Each request streams ``/v1/completions`` with the prompt's token ids, ``max_tokens`` = the drawn
+output length and ``ignore_eos``. Writes requests.parquet, summary.json and report.md (+ plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+from hydra.utils import instantiate
+
+from forge.config import compose_config
+from forge.tokenizers.base import Tokenizer
+from forge.workloads.synthetic import Workload
+
+
+class RemoteTokenizer(Tokenizer):
+    """The server's vocabulary, as far as a workload needs it; text goes through /tokenize."""
+
+    def __init__(self, url: str, card: dict[str, Any], headers: dict[str, str]) -> None:
+        self.url = url
+        self.headers = headers
+        self.vocab_size = int(card.get("vocab_size") or 32000)
+        self.eos_token_ids = frozenset(int(t) for t in card.get("eos_token_ids", []))
+        self.bos_token_id = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        body = {"prompt": text, "add_special_tokens": add_special_tokens}
+        r = httpx.post(self.url + "/tokenize", json=body, headers=self.headers)
+        r.raise_for_status()
+        return list(r.json()["tokens"])
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        r = httpx.post(self.url + "/detokenize", json={"tokens": list(ids)}, headers=self.headers)
+        r.raise_for_status()
+        return str(r.json()["prompt"])
+
+
+@dataclass
+class Result:
+    request_id: str
+    prompt_len: int
+    output_len: int
+    send_time: float = 0.0
+    ttft: float | None = None
+    e2el: float | None = None
+    itl: list[float] = field(default_factory=list)
+    num_output_tokens: int = 0
+    success: bool = False
+    error: str = ""
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None or self.e2el is None or self.num_output_tokens < 2:
+            return None
+        return (self.e2el - self.ttft) / (self.num_output_tokens - 1)
+
+
+def arrival_gaps(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """vLLM's: gamma inter-arrivals with shape ``burstiness`` and mean ``1/rate`` (0 if rate is inf)."""
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = np.random.default_rng(seed)
+    return list(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
+
+
+async def send_one(client: httpx.AsyncClient, model: str, prompt: list[int], res: Result, t0: float) -> None:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": res.output_len,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.perf_counter()
+    res.send_time = start - t0
+    last = start
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                res.error = f"HTTP {r.status_code}: {(await r.aread()).decode()[:200]}"
+                return
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                data = json.loads(line[6:])
+                if "error" in data:
+                    res.error = str(data["error"])
+                    return
+                now = time.perf_counter()
+                if data.get("choices"):
+                    if res.ttft is None:
+                        res.ttft = now - start
+                    else:
+                        res.itl.append(now - last)
+                    last = now
+                if data.get("usage"):
+                    res.num_output_tokens = int(data["usage"]["completion_tokens"])
+        res.e2el = time.perf_counter() - start
+        res.success = res.ttft is not None
+    except httpx.HTTPError as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+
+
+async def run_benchmark(
+    url: str,
+    model: str,
+    prompts: list[list[int]],
+    results: list[Result],
+    offsets: list[float],
+    max_concurrency: int | None,
+    headers: dict[str, str],
+) -> float:
+    limit = max_concurrency or len(prompts)
+    limits = httpx.Limits(max_connections=limit + 8, max_keepalive_connections=limit + 8)
+    sem = asyncio.Semaphore(limit)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(None), headers=headers) as client:
+        t0 = time.perf_counter()
+
+        async def scheduled(i: int) -> None:
+            await asyncio.sleep(max(0.0, offsets[i] - (time.perf_counter() - t0)))
+            async with sem:
+                await send_one(client, model, prompts[i], results[i], t0)
+
+        await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
+        return time.perf_counter() - t0
+
+
+def parse_goodput(items: list[str]) -> dict[str, float]:
+    slos = {}
+    for item in items:
+        name, _, ms = item.partition(":")
+        if name not in ("ttft", "tpot", "e2el") or not ms:
+            raise SystemExit(f"--goodput takes ttft:MS tpot:MS e2el:MS, got {item!r}")
+        slos[name] = float(ms)
+    return slos
+
+
+def summarize(results: list[Result], duration: float, slos: dict[str, float]) -> dict[str, Any]:
+    ok = [r for r in results if r.success]
+    out: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "total_input_tokens": sum(r.prompt_len for r in ok),
+        "total_output_tokens": sum(r.num_output_tokens for r in ok),
+        "request_throughput": len(ok) / duration,
+        "output_throughput": sum(r.num_output_tokens for r in ok) / duration,
+        "total_token_throughput": sum(r.prompt_len + r.num_output_tokens for r in ok) / duration,
+    }
+    series = {
+        "ttft": [r.ttft for r in ok if r.ttft is not None],
+        "tpot": [t for r in ok if (t := r.tpot) is not None],
+        "itl": [x for r in ok for x in r.itl],
+        "e2el": [r.e2el for r in ok if r.e2el is not None],
+    }
+    for key, values in series.items():
+        arr = np.asarray(values, dtype=float) * 1e3
+        for stat, fn in (("mean", np.mean), ("median", np.median), ("std", np.std)):
+            out[f"{stat}_{key}_ms"] = float(fn(arr)) if arr.size else float("nan")
+        for p in (90, 99):
+            out[f"p{p}_{key}_ms"] = float(np.percentile(arr, p)) if arr.size else float("nan")
+    if slos:
+        good = 0
+        for r in ok:
+            vals = {"ttft": r.ttft, "tpot": r.tpot, "e2el": r.e2el}
+            if all(vals[k] is None or vals[k] * 1e3 <= ms for k, ms in slos.items()):  # type: ignore[operator]
+                good += 1
+        out["goodput_slos_ms"] = slos
+        out["request_goodput"] = good / duration
+    return out
+
+
+def write_report(out_dir: Path, frame: pd.DataFrame, summary: dict[str, Any], meta: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = frame[frame["success"]]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ttft = np.sort(ok["ttft"].to_numpy() * 1e3)
+    axes[0].plot(ttft, np.arange(1, len(ttft) + 1) / max(len(ttft), 1))
+    axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT CDF")
+    itl = np.asarray([x for lst in ok["itl"] for x in lst]) * 1e3
+    axes[1].hist(itl, bins=50)
+    axes[1].set(xlabel="ITL (ms)", ylabel="count", title="inter-token latency")
+    axes[2].scatter(ok["send_time"], ok["e2el"] * 1e3, s=6)
+    axes[2].set(xlabel="send time (s)", ylabel="E2EL (ms)", title="E2E latency over the run")
+    fig.tight_layout()
+    fig.savefig(out_dir / "latency.png", dpi=110)
+    plt.close(fig)
+    lines = ["# Serving benchmark", "", "```", " ".join(meta["argv"]), "```", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items() if k != "argv"]
+    lines += ["", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in summary.items()]
+    lines += ["", "![latency](latency.png)", ""]
+    (out_dir / "report.md").write_text("\n".join(lines))
+
+
+def machine_name() -> str:
+    """``lscpu``'s model name and the core count (as reports cite the machine)."""
+    import os
+    import subprocess
+
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+    except OSError:
+        name = "?"
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import subprocess
+    import sys
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--model", default=None, help="default: the server's first model")
+    p.add_argument("--workload", default="poisson", help="a conf/workload option")
+    p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. workload.input_len.high=128")
+    p.add_argument("--num-prompts", type=int, default=None)
+    p.add_argument("--request-rate", type=float, default=None, help="req/s (inf: all at once)")
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--goodput", nargs="*", default=[], help="SLOs: ttft:MS tpot:MS e2el:MS")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--output-dir", default=None)
+    args = p.parse_args(argv)
+    if args.burstiness <= 0:
+        raise SystemExit("--burstiness must be > 0")
+    slos = parse_goodput(args.goodput)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    url = args.url.rstrip("/")
+    cards = httpx.get(url + "/v1/models", headers=headers).json()["data"]
+    card = next((c for c in cards if c["id"] == args.model), cards[0]) if args.model else cards[0]
+    overrides = [f"workload={args.workload}", f"seed={args.seed}", *args.set]
+    if args.num_prompts:
+        overrides.append(f"workload.num_requests={args.num_prompts}")
+    cfg = compose_config(overrides)
+    workload: Workload = instantiate(cfg.workload)
+    specs = workload.requests(RemoteTokenizer(url, card, headers))
+    max_len = int(card.get("max_model_len") or 1 << 30)
+    prompts = [s.prompt_token_ids[: max_len - 1] for s in specs]
+    results = [
+        Result(s.request_id, len(pr), max(1, min(s.output_len, max_len - len(pr))))
+        for s, pr in zip(specs, prompts, strict=True)
+    ]
+    if args.request_rate is not None:
+        offsets = list(np.cumsum(arrival_gaps(len(specs), args.request_rate, args.burstiness, args.seed)))
+    else:
+        offsets = [s.arrival_time for s in specs]
+    random.seed(args.seed)
+    duration = asyncio.run(run_benchmark(url, card["id"], prompts, results, offsets, args.max_concurrency, headers))
+    summary = summarize(results, duration, slos)
+    out_dir = Path(args.output_dir or f"reports/serve/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame([{**asdict(r), "tpot": r.tpot} for r in results])
+    frame.to_parquet(out_dir / "requests.parquet")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit, dirty = "unknown", ""
+    meta = {
+        "argv": ["python -m benchmarks.serve", *sys.argv[1:]] if argv is None else ["benchmarks.serve", *argv],
+        "model": card["id"],
+        "commit": commit + (" with uncommitted work" if dirty else ""),
+        "machine": machine_name(),
+    }
+    (out_dir / "summary.json").write_text(json.dumps({**summary, **meta}, indent=2))
+    write_report(out_dir, frame, summary, meta)
+    width = max(len(k) for k in summary)
+    for k, v in summary.items():
+        print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    print(f"results: {out_dir}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

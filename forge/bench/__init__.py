@@ -1,1 +1,0 @@
-"""Benchmark clients (``python -m forge.bench.serve``) and measurements."""

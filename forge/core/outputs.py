@@ -1,0 +1,131 @@
+"""Plain data passed between the scheduler, the model runner and the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forge.core.request import Request
+
+
+@dataclass(slots=True)
+class ScheduledRequest:
+    """Tokens [start, start + num_tokens) of one request are computed this step.
+
+    ``sample`` says whether the last scheduled position is the last known token, i.e. a
+    new token is sampled after it. ``num_draft_tokens`` of the scheduled tokens are
+    speculative drafts to be verified.
+    """
+
+    request_id: str
+    start: int
+    num_tokens: int
+    token_ids: list[int]
+    block_table: list[int]
+    sample: bool
+    num_draft_tokens: int = 0
+
+
+@dataclass(slots=True)
+class DecodeRows:
+    """Plain decodes, column-wise (as vLLM's ``CachedRequestData``): row i computes one token,
+    ``token_ids[i]`` (its request's last output token), at position ``starts[i]`` through
+    ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives.
+    ``requests[i]``: the row's request (filled by the scheduler; empty for rows built elsewhere)."""
+
+    request_ids: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    block_tables: list[list[int]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def rows(self) -> list[ScheduledRequest]:
+        """The same rows as ``ScheduledRequest`` objects."""
+        return [
+            ScheduledRequest(rid, start, 1, [token], table, True)
+            for rid, start, token, table in zip(
+                self.request_ids, self.starts, self.token_ids, self.block_tables, strict=True
+            )
+        ]
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """One step's rows: ``decodes`` (plain decodes, column-wise) first, then ``chunks``; ``scheduled``
+    is every row in that order as ``ScheduledRequest`` objects (built on first use). Consumers that
+    only need the rows generically read ``scheduled``; the host fast path reads the two parts.
+    Self-contained: ``requests`` are the rows' requests in the same order (``decodes.requests``, then
+    ``chunk_requests``), so neither the runner nor ``Scheduler.update`` looks a request up by id."""
+
+    chunks: list[ScheduledRequest]
+    num_batched_tokens: int
+    preempted_ids: list[str] = field(default_factory=list)
+    num_waiting: int = 0
+    # KV tensor copies to do before the forward, in this order; (src, dst) block ids.
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # GPU -> CPU pool
+    copy_blocks: list[tuple[int, int]] = field(default_factory=list)  # GPU -> GPU (copy-on-write)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # CPU pool -> GPU
+    decodes: DecodeRows = field(default_factory=DecodeRows)
+    chunk_requests: list[Request] = field(default_factory=list)  # the request of each of ``chunks``
+
+    @cached_property
+    def scheduled(self) -> list[ScheduledRequest]:
+        return self.decodes.rows() + self.chunks if self.decodes else self.chunks
+
+    @property
+    def requests(self) -> list[Request]:
+        """The request of each row of ``scheduled``, in that order."""
+        return self.decodes.requests + self.chunk_requests if self.decodes else self.chunk_requests
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.decodes) + len(self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks and not self.decodes
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    """Per request: the accepted tokens this step (one, or several after speculation).
+    ``decode_token_ids``, when given, are the tokens of the step's ``decodes`` rows, one each in
+    their order (with no logprobs), and ``sampled_token_ids`` holds only the chunks' requests.
+    ``failed``: requests whose sampling (or constraint, or verification) failed this step, with
+    the reason; they have no tokens here and the engine finishes them with that error."""
+
+    sampled_token_ids: dict[str, list[int]]
+    logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    decode_token_ids: list[int] | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def decode_tokens(self, decodes: DecodeRows) -> list[int]:
+        """The token of each of ``decodes``' rows, in their order, whichever way they came (-1 for a
+        request in ``failed``, which has none; the engine aborts those before ``update``)."""
+        if self.decode_token_ids is not None:
+            return self.decode_token_ids
+        sampled = self.sampled_token_ids
+        if self.failed:
+            return [sampled[rid][0] if rid in sampled else -1 for rid in decodes.request_ids]
+        return [sampled[rid][0] for rid in decodes.request_ids]
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None = None
+    text: str = ""
+    num_cached_tokens: int = 0
+    # per new token: {token id: logprob} of the chosen token and the top-k (when sampling_params.logprobs is set)
+    logprobs: list[dict[int, float]] | None = None
+    # why the request failed (finish_reason "error"): its sampling or the model step raised
+    error: str | None = None

@@ -1,0 +1,170 @@
+"""Assemble an Engine from a composed config. Hydra's ``instantiate`` is the only factory."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from forge.config import ConfigError, max_model_len_for
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.engine import Engine
+from forge.engine.runner import ModelRunner
+from forge.engine.sim_runner import HostModel, SimulationRunner
+from forge.kernels.base import KernelBackend, KVSpec
+from forge.kvcache.base import KVCacheManager
+from forge.models.base import Model
+from forge.policies.base import Policy
+from forge.sched.scheduler import Scheduler, SchedulerLimits
+from forge.sim.clock import Clock, SimulatedClock
+from forge.spec.base import Drafter
+from forge.workloads.synthetic import Workload
+
+
+def make(group: str, node: Any, **kwargs: Any) -> Any:
+    """``instantiate`` that reports a bad setting as a ConfigError naming the group, not a deep traceback."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__ or e
+        raise ConfigError(f"{group}: {cause}") from cause
+
+
+def auto_num_blocks(
+    cfg: DictConfig, spec: KVSpec, block_size: int, clock: Clock, max_model_len: int, model: Model
+) -> int:
+    """Blocks that fit the KV memory budget: the simulated hardware's memory left after the
+    simulated weights, else ``engine.kv_cache_memory_gib`` of the real KV layout; never more
+    than every sequence at full length needs."""
+    if isinstance(clock, SimulatedClock):
+        dims = clock.model_dims
+        per_token = 2 * dims.num_layers * dims.num_kv_heads * dims.head_dim * dims.bytes_per_param
+        budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param
+    else:
+        per_token = spec.bytes_per_token()
+        budget = cfg.engine.kv_cache_memory_gib * 2**30
+    by_memory = int(budget // (per_token * block_size))
+    by_demand = cfg.engine.max_num_seqs * -(-max_model_len // block_size)
+    n = min(by_memory, by_demand)
+    if n < 1:
+        raise ConfigError("no memory left for the KV cache: lower the model size or set kvcache.num_blocks")
+    return n
+
+
+def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
+    """The model's KV layout, in ``engine.kv_cache_dtype`` unless that is ``auto``."""
+    name = cfg.engine.get("kv_cache_dtype", "auto")
+    if name == "auto":
+        return model.kv_spec
+    if not model.kv_spec.dtype.is_floating_point:
+        raise ConfigError(f"engine.kv_cache_dtype={name}: this model's cache holds {model.kv_spec.dtype}, keep auto")
+    return dataclasses.replace(model.kv_spec, dtype=getattr(torch, name))
+
+
+def build_kvcache(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int) -> KVCacheManager:
+    """The KV manager ``cfg.kvcache`` describes, its pool sized for ``kv_spec`` when ``num_blocks=auto``."""
+    kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
+    block_size = kv_cfg.get("block_size", 16)
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
+    num_blocks = kv_cfg.pop("num_blocks", "auto")
+    if num_blocks == "auto":
+        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model)
+    if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
+        kv_cfg["max_model_len"] = max_model_len
+    if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
+        kv_cfg["num_cpu_blocks"] = num_blocks if cfg.engine.preemption_mode == "swap" else 0
+    kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
+    return kv
+
+
+def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
+    """The engine ``cfg`` describes. ``model``: an already loaded model to reuse instead of
+    ``cfg.model`` (it must live on the backend's device); models hold no per-request state."""
+    backend: KernelBackend = make("backend", cfg.backend)
+    if model is None:
+        model = make("model", cfg.model, device=str(backend.device))
+    max_model_len = max_model_len_for(cfg, model.max_position)
+    clock: Clock = make("clock", cfg.clock)
+    clock.bind(model.dims)
+    kv_spec = kv_spec_for(cfg, model)
+    kv = build_kvcache(cfg, model, kv_spec, clock, max_model_len)
+    policy: Policy = make("scheduler", cfg.scheduler)
+    limits = SchedulerLimits(
+        max_num_seqs=cfg.engine.max_num_seqs,
+        max_num_batched_tokens=cfg.engine.max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
+        preemption_mode=cfg.engine.preemption_mode,
+    )
+    if not limits.enable_chunked_prefill and limits.max_num_batched_tokens < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
+            "needs engine.enable_chunked_prefill=true"
+        )
+    # A model that can compute on the host, with its cache on the host, runs without batch tensors.
+    host = isinstance(model, HostModel) and backend.device.type == "cpu"
+    runner = (SimulationRunner if host else ModelRunner)(
+        model,
+        backend,
+        kv.num_blocks,
+        kv.block_size,
+        seed=cfg.seed,
+        num_cpu_blocks=kv.num_cpu_blocks,
+        max_num_seqs=limits.max_num_seqs,
+        max_model_len=max_model_len,
+        kv_spec=kv_spec,
+    )
+    drafter = build_drafter(cfg, backend, model)
+    return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)
+
+
+def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:
+    """``cfg.drafter`` (None: no speculation). A drafter with a ``model`` node gets that model,
+    built on the target's backend, and must share the target's vocabulary."""
+    node = cfg.get("drafter")
+    if node is None:
+        return None
+    if "model" not in node:
+        drafter: Drafter = make("drafter", node)
+        return drafter
+    draft_model: Model = make("drafter.model", node.model, device=str(backend.device))
+    if draft_model.vocab_size != target.vocab_size:
+        raise ConfigError(
+            f"drafter.model has a vocabulary of {draft_model.vocab_size} tokens, the target {target.vocab_size}"
+        )
+    drafter = make("drafter", node, model=draft_model, backend=backend)
+    return drafter
+
+
+def default_sampling(cfg: DictConfig) -> SamplingParams:
+    params: SamplingParams = make("sampling", cfg.sampling)
+    return params
+
+
+def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
+    """The workload's requests with the configured sampling; output lengths set ``max_tokens``."""
+    workload: Workload = make("workload", cfg.workload)
+    base = OmegaConf.to_container(cfg.sampling, resolve=True)
+    assert isinstance(base, dict)
+    requests = []
+    for spec in workload.requests(engine.tokenizer):
+        kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
+        kwargs["max_tokens"] = spec.output_len
+        kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
+        requests.append(
+            Request(
+                request_id=spec.request_id,
+                prompt_token_ids=spec.prompt_token_ids,
+                sampling_params=SamplingParams(**kwargs),
+                arrival_time=spec.arrival_time,
+                priority=spec.priority,
+                expected_output_len=spec.output_len,
+            )
+        )
+    return requests

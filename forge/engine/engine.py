@@ -1,0 +1,213 @@
+"""The engine: schedule -> run -> update, one step at a time."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from tqdm import tqdm
+
+from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput
+from forge.core.request import Request
+from forge.engine.runner import ModelRunner
+from forge.results.metrics import MetricsRecorder
+from forge.sched.fork import fan_out
+from forge.sched.scheduler import Scheduler
+from forge.sched.step_outputs import StepOutputs
+from forge.sim.clock import Clock
+from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
+from forge.tokenizers.base import Tokenizer
+
+log = logging.getLogger("forge.engine.engine")
+
+
+@contextmanager
+def _rare_gc(gen0_threshold: int = 100_000) -> Iterator[None]:
+    """Raise the GC's first-generation threshold for the block, then restore it. Each step creates
+    and drops thousands of small containers (per-request outputs, chunks, token lists); with the
+    default threshold (700) the collector runs several times a step and its passes cost ~15-20% of
+    a simulated run (reports/simulation_speed). Cycles are still collected, only less often."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(gen0_threshold, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+class LeakError(RuntimeError):
+    """The engine went idle while KV blocks or requests were still held."""
+
+
+class Engine:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        runner: ModelRunner,
+        clock: Clock,
+        recorder: MetricsRecorder | None = None,
+        drafter: Drafter | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.runner = runner
+        self.clock = clock
+        self.recorder = recorder or MetricsRecorder()
+        self.requests: dict[str, Request] = {}
+        self.drafter = drafter
+        self.spec_stats = SpecDecodeStats()
+        clock.bind(runner.model.dims)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.runner.model.tokenizer
+
+    def add_request(self, request: Request) -> None:
+        children = fan_out(request)  # n > 1: siblings that fork onto this request's prompt KV
+        for r in (request, *children):
+            if r.request_id in self.requests:
+                raise ValueError(f"duplicate request id {r.request_id!r}")
+        self.scheduler.add_request(request, forks=children)
+        for r in (request, *children):
+            self.requests[r.request_id] = r
+            self.recorder.on_arrival(r, r.arrival_time)
+
+    def abort(self, request_id: str) -> bool:
+        request = self.scheduler.abort(request_id)
+        self.requests.pop(request_id, None)
+        self._forget_drafts(request_id)
+        return request is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    def step(self) -> list[RequestOutput]:
+        """One step's outputs: one per request that sampled, including the requests that failed
+        this step (``finish_reason="error"``, ``error`` set; see ``_step``)."""
+        return self._step().outputs
+
+    def _step(self) -> StepOutputs:
+        """One step: the scheduler's outputs, then the final outputs of the requests that failed.
+
+        A failure stays with the requests it concerns: a request whose sampling, constraint or
+        verification raised (``ModelOutput.failed``) is aborted (its KV blocks freed) and finished
+        with the error while the rest of the batch goes on; if the model step itself raises, every
+        request of the step fails that way and the engine continues with the others."""
+        self.clock.step_started()
+        start = self.clock.now()
+        if self.drafter is not None:
+            self._propose_drafts()
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return StepOutputs()
+        try:
+            out = self.runner.execute(sched)
+        except Exception as exc:
+            log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
+            reason = f"the model step failed ({type(exc).__name__})"
+            rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
+            outputs = StepOutputs(others=self._fail(rows, step_failed=True))
+        else:
+            if self.drafter is not None:  # drafts come only from the drafter
+                self._record_verification(sched, out)
+            failed = self._fail(out.failed) if out.failed else []
+            outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
+            if failed:
+                outputs = outputs.with_others(failed)
+        self.clock.step_finished(sched)
+        kv = self.scheduler.kv.usage(self.scheduler.running)
+        self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
+        for o in outputs.finished:
+            del self.requests[o.request_id]
+            self._forget_drafts(o.request_id)
+        return outputs
+
+    def _fail(self, errors: Mapping[str, str], step_failed: bool = False) -> list[RequestOutput]:
+        """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
+        blocks (``step_failed``: the model step raised, so what it was to write is discarded); their
+        final outputs (``finish_reason="error"``). They leave ``requests`` with the step's other
+        finished requests."""
+        outputs = []
+        for rid, reason in errors.items():
+            request = self.requests[rid]
+            self.scheduler.abort(rid, step_failed)
+            outputs.append(
+                RequestOutput(
+                    request_id=rid,
+                    prompt_token_ids=request.prompt_token_ids,
+                    token_ids=list(request.output_token_ids),
+                    new_token_ids=[],
+                    finished=True,
+                    finish_reason="error",
+                    num_cached_tokens=request.num_cached_tokens,
+                    error=reason,
+                )
+            )
+        return outputs
+
+    # -- speculative decoding ------------------------------------------------------
+    def _propose_drafts(self) -> None:
+        """Ask the drafter for drafts for decoding requests and attach them as ``spec_token_ids``."""
+        assert self.drafter is not None
+        max_len = self.scheduler.limits.max_model_len
+        limits = {r.request_id: n for r in self.scheduler.running if (n := draft_limit(r, max_len)) > 0}
+        if not limits:
+            return
+        ready = [r for r in self.scheduler.running if r.request_id in limits]
+        for rid, draft in self.drafter.propose(ready, limits).items():
+            self.requests[rid].spec_token_ids = draft.token_ids[: limits[rid]]
+
+    def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
+        for s in sched.chunks:  # the decodes have no drafts
+            if s.sample and s.num_draft_tokens and s.request_id not in out.failed:
+                accepted = len(out.sampled_token_ids[s.request_id]) - 1
+                self.spec_stats.record(s.num_draft_tokens, accepted)
+                if self.drafter is not None:
+                    self.drafter.observe(s.request_id, s.num_draft_tokens, accepted)
+
+    def _forget_drafts(self, request_id: str) -> None:
+        if self.drafter is not None:
+            self.drafter.remove(request_id)
+
+    def check_idle(self) -> None:
+        """Every request finished and every block free; raises LeakError otherwise."""
+        kv = self.scheduler.kv
+        problems = []
+        if self.scheduler.num_unfinished:
+            problems.append(f"{self.scheduler.num_unfinished} requests unfinished")
+        if kv.num_held():
+            problems.append(f"{kv.num_held()} requests still hold KV blocks")
+        if kv.num_free_blocks() != kv.num_blocks:
+            problems.append(f"{kv.num_blocks - kv.num_free_blocks()} of {kv.num_blocks} KV blocks not free")
+        if self.drafter is not None and self.drafter.num_tracked():
+            problems.append(f"the drafter still tracks {self.drafter.num_tracked()} requests")
+        if problems:
+            raise LeakError("engine idle but " + "; ".join(problems))
+
+    def run(self, requests: Iterable[Request], progress: bool = False) -> dict[str, RequestOutput]:
+        """Feed requests at their ``arrival_time`` (seconds from now) and step until all finish.
+
+        While it runs, Python's cyclic GC runs less often (see ``_rare_gc``)."""
+        with _rare_gc():
+            return self._run(requests, progress)
+
+    def _run(self, requests: Iterable[Request], progress: bool) -> dict[str, RequestOutput]:
+        pending = sorted(requests, key=lambda r: r.arrival_time)
+        finals: dict[str, RequestOutput] = {}
+        offset = self.clock.now()
+        i = 0
+        with tqdm(total=len(pending), disable=not progress, unit="req", desc="forge") as bar:
+            while i < len(pending) or self.has_unfinished():
+                if not self.has_unfinished() and i < len(pending):
+                    self.clock.wait_until(offset + pending[i].arrival_time)
+                now = self.clock.now()
+                while i < len(pending) and offset + pending[i].arrival_time <= now:
+                    pending[i].arrival_time += offset
+                    self.add_request(pending[i])
+                    i += 1
+                for out in self._step().finished:
+                    finals[out.request_id] = out
+                    bar.update(1)
+        self.check_idle()
+        return finals

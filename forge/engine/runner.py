@@ -1,0 +1,129 @@
+"""Turns a SchedulerOutput into a ForwardBatch, runs the model, and samples."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from forge.core.outputs import ModelOutput, SchedulerOutput
+from forge.core.request import Request
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec
+from forge.kernels.batch import build_forward_batch
+from forge.models.base import Model
+from forge.sampling.sampler import SampleRow, SamplingError, request_seed, sample_each, top_logprobs
+from forge.spec.verify import verify_request
+
+log = logging.getLogger("forge.engine.engine")
+
+
+def failure_message(request_id: str, exc: Exception) -> str:
+    """The error a failed request reports: a SamplingError's own words; for anything else only its
+    type (the traceback goes to the log, not to the client)."""
+    if isinstance(exc, SamplingError):
+        return f"request {request_id}: {exc}"
+    log.error("request %s failed while sampling", request_id, exc_info=exc)
+    return f"request {request_id}: sampling failed ({type(exc).__name__})"
+
+
+class ModelRunner:
+    """Owns the KV tensors; one ``execute`` per engine step. Everything it needs of the step is in
+    the ``SchedulerOutput`` (its rows' requests included)."""
+
+    def __init__(
+        self,
+        model: Model,
+        backend: KernelBackend,
+        num_blocks: int,
+        block_size: int,
+        seed: int = 0,
+        num_cpu_blocks: int = 0,
+        max_num_seqs: int = 256,
+        max_model_len: int = 4096,
+        kv_spec: KVSpec | None = None,
+    ) -> None:
+        """``kv_spec``: the KV layout to allocate (the model's own when None)."""
+        self.model = model
+        self.backend = backend
+        self.block_size = block_size
+        self.seed = seed
+        spec = kv_spec or model.kv_spec
+        self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(spec, num_blocks, block_size)
+        # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs).
+        self.forward = backend.model_forward(model, self.kv_caches, max_num_seqs, -(-max_model_len // block_size))
+        # The swap space: the same layout in host memory.
+        shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        self.cpu_kv_caches: list[KVLayer] = [
+            (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
+            for _ in range(spec.num_layers if num_cpu_blocks else 0)
+        ]
+
+    def apply_block_ops(self, sched: SchedulerOutput) -> None:
+        """The step's KV copies, before its forward: swap-out, copy-on-write, swap-in."""
+        self.backend.copy_blocks(self.kv_caches, self.cpu_kv_caches, sched.swap_out)
+        self.backend.copy_blocks(self.kv_caches, self.kv_caches, sched.copy_blocks)
+        self.backend.copy_blocks(self.cpu_kv_caches, self.kv_caches, sched.swap_in)
+
+    def request_seed(self, request: Request) -> int:
+        return request_seed(request.sampling_params.seed, self.seed, request.request_id)
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> ModelOutput:
+        """Run the batch; sample one token per sampling request, or verify its drafts.
+
+        A request whose constraint, sampling or verification raises is reported in
+        ``ModelOutput.failed`` and the others' tokens are unaffected; an exception from the model
+        step itself (or the KV copies) propagates: the step produced nothing."""
+        self.apply_block_ops(sched)
+        batch = build_forward_batch(sched, self.block_size, self.backend.device)
+        return self.sample(sched, self.forward(batch))
+
+    def sample(self, sched: SchedulerOutput, logits: torch.Tensor) -> ModelOutput:
+        """Tokens from the step's logits (one row per sampling row, one more per draft token)."""
+        rows: list[SampleRow] = []
+        owners: list[str] = []
+        row_of: list[int] = []
+        sampled: dict[str, list[int]] = {}
+        logprobs: dict[str, list[dict[int, float]]] = {}
+        failed: dict[str, str] = {}
+        offset = 0
+        for s, r in zip(sched.scheduled, sched.requests, strict=True):
+            if not s.sample:
+                continue
+            rid = s.request_id
+            n = s.num_draft_tokens
+            try:  # a failure here (a constraint's mask, verification) is this request's alone
+                if n:
+                    sampled[rid], lps = verify_request(
+                        logits[offset : offset + n + 1], r, self.request_seed(r), r.spec_token_ids[:n]
+                    )
+                    if lps is not None:
+                        logprobs[rid] = lps
+                else:
+                    allowed = r.constraint.allowed_mask(logits.shape[-1]) if r.constraint is not None else None
+                    if allowed is not None and allowed.device != logits.device:
+                        allowed = allowed.to(logits.device)
+                    rows.append(
+                        SampleRow(
+                            r.sampling_params,
+                            self.request_seed(r),
+                            r.num_tokens,
+                            r.prompt_token_ids,
+                            r.output_token_ids,
+                            allowed,
+                        )
+                    )
+                    owners.append(rid)
+                    row_of.append(offset)
+            except Exception as exc:
+                failed[rid] = failure_message(rid, exc)
+            offset += n + 1
+        plain = logits if offset == len(rows) else logits[torch.tensor(row_of, dtype=torch.long, device=logits.device)]
+        for i, (rid, row, token) in enumerate(zip(owners, rows, sample_each(plain, rows), strict=True)):
+            if isinstance(token, Exception):
+                failed[rid] = failure_message(rid, token)
+                continue
+            sampled[rid] = [token]
+            if row.params.logprobs is not None:
+                logprobs[rid] = [top_logprobs(plain[i], token, row.params.logprobs)]
+        return ModelOutput(sampled, logprobs, failed=failed)

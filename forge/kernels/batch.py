@@ -1,0 +1,73 @@
+"""The flat batch the kernels consume, built from the scheduler's plain-data step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from forge.core.outputs import SchedulerOutput
+from forge.kernels.base import AttentionMetadata
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """Flat batch of the tokens scheduled this step.
+
+    ``logits_indices`` are the rows of the flat batch whose next-token logits the caller
+    needs (one per sampling request, several for requests verifying drafts).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attn: AttentionMetadata
+    logits_indices: torch.Tensor
+
+
+def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.device) -> ForwardBatch:
+    """Flat input ids, positions, slot mapping and padded block tables for the scheduled chunks.
+
+    Sampling rows: the last scheduled token of each sampling request, preceded by one row per
+    draft token (the target's prediction at each draft position)."""
+    input_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    query_start = [0]
+    seq_lens: list[int] = []
+    tables: list[list[int]] = []
+    logits_rows: list[int] = []
+    for s in sched.scheduled:
+        end = s.start + s.num_tokens
+        table = s.block_table
+        input_ids.extend(s.token_ids)
+        if s.num_tokens == 1:
+            positions.append(s.start)
+            slots.append(table[s.start // block_size] * block_size + s.start % block_size)
+        else:
+            pos = range(s.start, end)
+            positions.extend(pos)
+            slots.extend(table[p // block_size] * block_size + p % block_size for p in pos)
+        query_start.append(query_start[-1] + s.num_tokens)
+        seq_lens.append(end)
+        tables.append(table[: -(-end // block_size)])
+        if s.sample:
+            logits_rows.extend(range(query_start[-1] - 1 - s.num_draft_tokens, query_start[-1]))
+    width = max((len(t) for t in tables), default=0)
+    flat: list[int] = []  # the padded tables, row-major: one flat list converts far faster than nested ones
+    for t in tables:
+        flat.extend(t)
+        flat.extend([0] * (width - len(t)))
+
+    def tensor(x: list[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(x, dtype=dtype, device=device)
+
+    attn = AttentionMetadata(
+        query_start_loc=tensor(query_start),
+        seq_lens=tensor(seq_lens),
+        block_tables=tensor(flat).view(len(tables), width),
+        slot_mapping=tensor(slots),
+        block_size=block_size,
+        query_lens_cpu=[s.num_tokens for s in sched.scheduled],
+        seq_lens_cpu=seq_lens,
+    )
+    return ForwardBatch(tensor(input_ids), tensor(positions), attn, tensor(logits_rows))

@@ -1,0 +1,271 @@
+"""The decoder-only transformer skeleton that every real model family specialises.
+
+``DecoderModel.forward`` is the whole step: token embedding, per layer a pre-norm attention block
+(fused QKV, per-head transform, rotary embedding, KV write and paged attention through the kernel
+backend, output projection) and a pre-norm gated MLP (fused gate/up, gated activation, down), each
+added to the residual stream with the backend's fused add + RMSNorm, then the final norm over the
+rows whose logits are needed and the LM head. A family overrides only the hooks where it differs
+(``embed_tokens``, ``qkv``, ``qk_heads``, ``rope_table``, ``attention_window``,
+``attention_output``, ``gated_activation``, ``mlp_output``, ``final_logits``); the defaults are
+Llama's.
+
+Every linear weight is stored ``[in, out]`` (K x N contiguous) or as a ``PackedLinear``
+(``forge.models.fast_weights``); ``DecoderLayer.LINEARS`` names the ones a weight format may pack.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+import torch
+
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec, LinearWeight, PackedLinear
+from forge.kernels.batch import ForwardBatch
+from forge.models.base import Model, ModelDims
+from forge.tokenizers.base import Tokenizer
+
+
+def apply_linear(backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:
+    return weight(x) if isinstance(weight, PackedLinear) else backend.linear(x, weight)
+
+
+class RopeParams(Protocol):
+    """What a rotary table is built from (every family's config is one)."""
+
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def rope_scaling(self) -> dict[str, Any] | None: ...
+    @property
+    def max_position(self) -> int: ...
+
+
+class DecoderConfig(RopeParams, Protocol):
+    """The fields ``DecoderModel`` reads from a family's (frozen dataclass) config."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def rms_norm_eps(self) -> float: ...
+
+
+def rope_inv_freq(config: RopeParams) -> torch.Tensor:
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    scaling = config.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "llama3":
+        factor = float(scaling["factor"])
+        low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+        old_len = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
+        inv_freq = torch.where(mid, scaled, inv_freq)
+    elif kind == "linear":
+        inv_freq = inv_freq / float(scaling["factor"])
+    elif kind == "freq_factors":  # llama.cpp's ``rope_freqs`` tensor: one divisor per frequency
+        factors = torch.tensor(scaling["factors"], dtype=torch.float64)
+        if factors.shape != inv_freq.shape:
+            raise ValueError(f"rope freq_factors has {factors.numel()} entries, head_dim/2 is {inv_freq.numel()}")
+        inv_freq = inv_freq / factors
+    elif kind not in (None, "default"):
+        raise ValueError(f"unsupported rope_scaling type {kind!r}")
+    return inv_freq
+
+
+def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[max_position, head_dim]``: cos of each frequency, then sin."""
+    t = torch.arange(config.max_position, dtype=torch.float64)
+    freqs = torch.outer(t, rope_inv_freq(config))
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype=dtype, device=device)
+
+
+@dataclass
+class DecoderLayer:
+    """The weights every decoder layer has; a family's layer adds its own (biases, extra norms)."""
+
+    LINEARS: ClassVar[tuple[str, ...]] = ("wqkv", "wo", "w_gate_up", "w_down")
+
+    attn_norm: torch.Tensor
+    wqkv: LinearWeight
+    wo: LinearWeight
+    mlp_norm: torch.Tensor
+    w_gate_up: LinearWeight
+    w_down: LinearWeight
+
+
+class TensorReader:
+    """Hugging Face-named checkpoint tensors cast to the model's dtype and device; a missing one is a
+    ``KeyError`` naming it (the loaders turn it into their own error)."""
+
+    def __init__(self, state: dict[str, torch.Tensor], dtype: torch.dtype, device: str | torch.device) -> None:
+        self.state = state
+        self.dtype = dtype
+        self.device = device
+
+    def raw(self, name: str) -> torch.Tensor:
+        if name not in self.state:
+            raise KeyError(f"checkpoint lacks tensor {name!r}")
+        return self.state[name]
+
+    def get(self, name: str) -> torch.Tensor:
+        return self.raw(name).to(device=self.device, dtype=self.dtype)
+
+    def linear(self, name: str) -> torch.Tensor:
+        """A ``[out, in]`` checkpoint weight as ``[in, out]``."""
+        return self.get(name).t().contiguous()
+
+    def fused(self, *names: str) -> torch.Tensor:
+        """Several linear weights side by side (``[in, sum of out]``): fused QKV, gate/up."""
+        return torch.cat([self.linear(n) for n in names], dim=1).contiguous()
+
+
+ConfigT = TypeVar("ConfigT", bound=DecoderConfig)
+LayerT = TypeVar("LayerT", bound=DecoderLayer)
+
+
+class DecoderModel(Model, Generic[ConfigT, LayerT]):
+    """A decoder-only transformer over a paged KV cache (see the module doc for the skeleton).
+
+    Hooks a family may override, each called once per layer (or per step) inside ``forward``:
+    ``embed_tokens`` (token ids -> hidden rows), ``qkv`` (normed rows -> fused q|k|v),
+    ``qk_heads`` (per-head q, k before the rotary embedding), ``rope_table(layer)``,
+    ``attention_window(layer)`` (sliding window or None), ``attention_scale``,
+    ``attention_output`` (after the output projection, before the residual add),
+    ``gated_activation`` (fused gate|up -> MLP hidden), ``mlp_output`` (after the down projection)
+    and ``final_logits`` (float32 logits -> logits). They must not keep state between calls.
+    """
+
+    def __init__(
+        self,
+        config: ConfigT,
+        layers: list[LayerT],
+        embed: torch.Tensor,
+        norm: torch.Tensor,
+        lm_head: LinearWeight,
+        tokenizer: Tokenizer,
+    ) -> None:
+        if len(layers) != config.num_layers:
+            raise ValueError(f"{len(layers)} layers given, the config has {config.num_layers}")
+        self.config = config
+        self.layers = layers
+        self.embed = embed
+        self.norm = norm
+        self.lm_head = lm_head
+        self.tokenizer = tokenizer
+        self.vocab_size = config.vocab_size
+        self.max_position = config.max_position
+        self.dtype = embed.dtype
+        self.kv_spec = KVSpec(config.num_layers, config.num_kv_heads, config.head_dim, embed.dtype)
+        self.dims = ModelDims.of(config, bytes_per_param=embed.element_size())
+        self.attention_scale = config.head_dim**-0.5
+        self.cos_sin = rope_cos_sin(config, self.rope_dtype, embed.device)
+
+    @property
+    def rope_dtype(self) -> torch.dtype:
+        """Rotary tables are float32 unless the model computes in float64."""
+        return torch.float32 if self.dtype != torch.float64 else self.dtype
+
+    def with_linears(self, pack: Callable[[str, LinearWeight], LinearWeight], lm_head: LinearWeight) -> Self:
+        """A copy whose layers hold ``pack(field, weight)`` for each of ``DecoderLayer.LINEARS`` and whose
+        LM head is ``lm_head``; everything else (embeddings, norms, tables) is shared with ``self``."""
+
+        def packed(layer: LayerT) -> LayerT:
+            weights: dict[str, Any] = {name: pack(name, getattr(layer, name)) for name in layer.LINEARS}
+            return dataclasses.replace(layer, **weights)
+
+        model = copy.copy(self)
+        model.layers = [packed(layer) for layer in self.layers]
+        model.lm_head = lm_head
+        return model
+
+    # -- hooks (Llama's behaviour by default) --------------------------------------------------
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed.index_select(0, input_ids)  # cheaper than advanced indexing, same rows
+
+    def qkv(self, layer: LayerT, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        return apply_linear(backend, x, layer.wqkv)
+
+    def qk_heads(
+        self, layer: LayerT, q: torch.Tensor, k: torch.Tensor, backend: KernelBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def rope_table(self, index: int, layer: LayerT) -> torch.Tensor:
+        return self.cos_sin
+
+    def attention_window(self, index: int, layer: LayerT) -> int | None:
+        return None
+
+    def attention_output(self, layer: LayerT, h: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        return h
+
+    def gated_activation(self, gate_up: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        return backend.silu_mul(gate_up)
+
+    def mlp_output(self, layer: LayerT, h: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        return h
+
+    def final_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    # -- the skeleton --------------------------------------------------------------------------
+
+    def attention(
+        self, index: int, layer: LayerT, x: torch.Tensor, kv: KVLayer, batch: ForwardBatch, backend: KernelBackend
+    ) -> torch.Tensor:
+        """The attention block of layer ``index`` on its normed input ``x``; writes this step's K/V to ``kv``."""
+        cfg = self.config
+        nq, nkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q, k, v = self.qkv(layer, x, backend).split((nq * d, nkv * d, nkv * d), dim=-1)
+        q, k = self.qk_heads(layer, q.view(-1, nq, d), k.view(-1, nkv, d), backend)
+        q, k = backend.rope(q, k, batch.positions, self.rope_table(index, layer))
+        backend.write_kv(kv, k, v.view(-1, nkv, d), batch.attn.slot_mapping)
+        window = self.attention_window(index, layer)
+        attn = backend.attention(q, kv, batch.attn, self.attention_scale, window=window)
+        return self.attention_output(layer, apply_linear(backend, attn.reshape(-1, nq * d), layer.wo), backend)
+
+    def mlp(self, layer: LayerT, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
+        gate_up = apply_linear(backend, x, layer.w_gate_up)
+        return self.mlp_output(
+            layer, apply_linear(backend, self.gated_activation(gate_up, backend), layer.w_down), backend
+        )
+
+    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
+        eps = self.config.rms_norm_eps
+        h = self.embed_tokens(batch.input_ids)
+        residual: torch.Tensor | None = None
+        for index, (layer, kv) in enumerate(zip(self.layers, kv_caches, strict=True)):
+            if residual is None:
+                residual = h
+                x = backend.rms_norm(h, layer.attn_norm, eps)
+            else:
+                x, residual = backend.add_rms_norm(h, residual, layer.attn_norm, eps)
+            h = self.attention(index, layer, x, kv, batch, backend)
+            x, residual = backend.add_rms_norm(h, residual, layer.mlp_norm, eps)
+            h = self.mlp(layer, x, backend)
+        assert residual is not None
+        rows = batch.logits_indices
+        x, _ = backend.add_rms_norm(h.index_select(0, rows), residual.index_select(0, rows), self.norm, eps)
+        return self.final_logits(apply_linear(backend, x, self.lm_head).float())

@@ -1,0 +1,232 @@
+"""Per-request timestamps and per-step statistics, as tidy DataFrames."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from forge.core.outputs import SchedulerOutput
+from forge.core.request import Request
+from forge.kvcache.base import KVUsage
+from forge.sched.step_outputs import StepOutputs
+
+
+@dataclass
+class RequestTimeline:
+    request_id: str
+    arrival_time: float
+    num_prompt_tokens: int
+    priority: int
+    first_scheduled_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    num_output_tokens: int = 0
+    finish_time: float | None = None
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    start_time: float
+    end_time: float
+    num_seqs: int
+    num_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_waiting: int
+    num_running: int
+    num_preempted: int
+    kv_usage: float
+    kv_token_slots: int
+    kv_reserved_slots: int
+    kv_internal_frag_slots: int
+    kv_external_frag_slots: int
+    kv_free_slots: int
+    kv_total_slots: int
+
+
+class MetricsRecorder:
+    """Collects what happened; turns it into DataFrames and a summary. Holds no engine state."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, RequestTimeline] = {}
+        self.steps: list[StepRecord] = []
+        self.counters: dict[str, int] = {}
+        self._unscheduled: dict[str, RequestTimeline] = {}  # arrived, not yet scheduled
+
+    def on_arrival(self, request: Request, t: float) -> None:
+        tl = RequestTimeline(request.request_id, t, request.num_prompt_tokens, request.priority)
+        self.requests[request.request_id] = self._unscheduled[request.request_id] = tl
+
+    def on_step(
+        self,
+        sched: SchedulerOutput,
+        outputs: StepOutputs,
+        requests: dict[str, Request],
+        start: float,
+        end: float,
+        kv: KVUsage,
+        num_running: int,
+    ) -> None:
+        timelines = self.requests
+        if self._unscheduled:
+            pending = self._unscheduled
+            ids = itertools.chain(sched.decodes.request_ids, [s.request_id for s in sched.chunks])
+            for rid in list(filter(pending.__contains__, ids)):
+                pending.pop(rid).first_scheduled_time = start
+        prefill = drafts = accepted = 0
+        for c in sched.chunks:  # the decodes compute one output token each: no prompt, no drafts
+            n_prompt = timelines[c.request_id].num_prompt_tokens
+            if c.start < n_prompt:
+                prefill += min(c.start + c.num_tokens, n_prompt) - c.start
+            drafts += c.num_draft_tokens
+        decode = sched.num_batched_tokens - prefill - drafts
+        for r in outputs.decoded:  # the plain decodes' outputs are their requests (one new token each)
+            tl = timelines[r.request_id]
+            tl.token_times.append(end)
+            tl.num_output_tokens = len(r.output_token_ids)
+            if r.num_cached_tokens > tl.num_cached_tokens:
+                tl.num_cached_tokens = r.num_cached_tokens
+        for r in outputs.finished_decodes:
+            tl = timelines[r.request_id]
+            tl.finish_time = end
+            tl.finish_reason = r.status.value
+            tl.num_preemptions = requests[r.request_id].num_preemptions
+        for out in outputs.others:
+            tl = timelines[out.request_id]
+            n_new = len(out.new_token_ids)
+            if n_new == 1:
+                tl.token_times.append(end)
+            else:
+                tl.token_times.extend([end] * n_new)
+                accepted += max(n_new - 1, 0)
+            tl.num_output_tokens = len(out.token_ids)
+            if out.num_cached_tokens > tl.num_cached_tokens:
+                tl.num_cached_tokens = out.num_cached_tokens
+            if out.finished:
+                tl.finish_time = end
+                tl.finish_reason = out.finish_reason
+                tl.num_preemptions = requests[out.request_id].num_preemptions
+        self.steps.append(
+            StepRecord(
+                step=len(self.steps),
+                start_time=start,
+                end_time=end,
+                num_seqs=sched.num_rows,
+                num_tokens=sched.num_batched_tokens,
+                num_prefill_tokens=prefill,
+                num_decode_tokens=decode,
+                num_draft_tokens=drafts,
+                num_accepted_tokens=accepted,
+                num_waiting=sched.num_waiting,
+                num_running=num_running,
+                num_preempted=len(sched.preempted_ids),
+                kv_usage=kv.used_fraction,
+                kv_token_slots=kv.token_slots,
+                kv_reserved_slots=kv.reserved_slots,
+                kv_internal_frag_slots=kv.internal_frag_slots,
+                kv_external_frag_slots=kv.external_frag_slots,
+                kv_free_slots=kv.free_slots,
+                kv_total_slots=kv.total_slots,
+            )
+        )
+
+    def requests_frame(self) -> pd.DataFrame:
+        """One row per request; built column-wise (a 10,000-request run has millions of token times)."""
+        tls = list(self.requests.values())
+        lens = np.fromiter((len(tl.token_times) for tl in tls), dtype=np.int64, count=len(tls))
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        times = np.fromiter(
+            itertools.chain.from_iterable(tl.token_times for tl in tls),
+            dtype=float,
+            count=int(ends[-1]) if len(tls) else 0,
+        )
+        gaps = np.diff(times)  # gaps[i] = times[i + 1] - times[i]; a request's ITLs are its inner gaps
+        bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        has = lens > 0
+        first, last = np.full(len(tls), np.nan), np.full(len(tls), np.nan)
+        first[has], last[has] = times[starts[has]], times[ends[has] - 1]
+        arrival = np.array([tl.arrival_time for tl in tls], dtype=float)
+        scheduled = np.array([tl.first_scheduled_time for tl in tls], dtype=float)  # None -> nan
+        finish = np.array([tl.finish_time for tl in tls], dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(lens > 1, (last - first) / (lens - 1), np.nan)
+        return pd.DataFrame(
+            {
+                "request_id": [tl.request_id for tl in tls],
+                "arrival_time": arrival,
+                "first_scheduled_time": scheduled,
+                "first_token_time": first,
+                "finish_time": finish,
+                "num_prompt_tokens": [tl.num_prompt_tokens for tl in tls],
+                "num_output_tokens": [tl.num_output_tokens for tl in tls],
+                "num_cached_tokens": [tl.num_cached_tokens for tl in tls],
+                "num_preemptions": [tl.num_preemptions for tl in tls],
+                "priority": [tl.priority for tl in tls],
+                "finish_reason": [tl.finish_reason for tl in tls],
+                "queue_time": scheduled - arrival,
+                "ttft": first - arrival,
+                "e2e": finish - arrival,
+                "tpot": tpot,
+                # float64 arrays (views of ``gaps``), as a parquet list column reads back: several times
+                # faster to write than Python lists
+                "itl": [gaps[a : b - 1] if b - a > 1 else gaps[:0] for a, b in bounds],
+            }
+        )
+
+    def steps_frame(self) -> pd.DataFrame:
+        if not self.steps:
+            return pd.DataFrame([asdict(s) for s in self.steps])
+        columns = [f.name for f in fields(StepRecord)]
+        row = attrgetter(*columns)
+        return pd.DataFrame([row(s) for s in self.steps], columns=columns)
+
+
+def percentiles(values: Any, prefix: str) -> dict[str, float]:
+    arr = np.asarray(values, dtype=float)  # None -> nan
+    arr = arr[~np.isnan(arr)]
+    if arr.size == 0:
+        return {}
+    out = {f"mean_{prefix}_ms": float(arr.mean() * 1e3)}
+    for p in (50, 90, 99):
+        out[f"p{p}_{prefix}_ms"] = float(np.percentile(arr, p) * 1e3)
+    return out
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, int]) -> dict[str, Any]:
+    """Headline numbers, with ``vllm bench serve``-style keys."""
+    start = float(requests["arrival_time"].min())
+    end = float(requests["finish_time"].max())
+    duration = max(end - start, 1e-12)
+    n_in = int(requests["num_prompt_tokens"].sum())
+    n_out = int(requests["num_output_tokens"].sum())
+    parts = [np.asarray(x, dtype=float) for x in requests["itl"]]
+    itl = np.concatenate(parts) if parts else np.empty(0)
+    summary: dict[str, Any] = {
+        "num_requests": len(requests),
+        "duration_s": duration,
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(requests) / duration,
+        "output_throughput": n_out / duration,
+        "total_token_throughput": (n_in + n_out) / duration,
+        "num_steps": len(steps),
+        "num_preemptions": int(steps["num_preempted"].sum()) if len(steps) else 0,
+        "peak_kv_usage": float(steps["kv_usage"].max()) if len(steps) else 0.0,
+        "mean_batch_size": float(steps["num_seqs"].mean()) if len(steps) else 0.0,
+    }
+    for key in ("ttft", "tpot", "e2e"):
+        summary.update(percentiles(requests[key], key))
+    summary.update(percentiles(itl, "itl"))
+    summary.update(counters)
+    return summary

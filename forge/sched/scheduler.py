@@ -1,0 +1,391 @@
+"""The one scheduling loop: each step, every request gets (part of) the gap between its computed
+and known tokens, within a token budget. Chunked prefill, prefix-cache hits, decoding,
+speculative drafts and preemption by recompute are all that one mechanism."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.core.request import Request, RequestStatus
+from forge.kvcache.base import KVCacheManager
+from forge.policies.base import Policy, PolicyContext
+from forge.sched.step_outputs import StepOutputs
+from forge.sched.step_rows import StepRows
+from forge.sched.waiting_queue import WaitingQueue
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+    preemption_mode: str = "recompute"  # recompute | swap (falls back to recompute when the KV can't swap)
+
+    def __post_init__(self) -> None:
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
+
+
+class Scheduler:
+    """Owns the waiting queue and the running list; the policy only orders them."""
+
+    def __init__(self, policy: Policy, kv: KVCacheManager, limits: SchedulerLimits) -> None:
+        self.policy = policy
+        self.kv = kv
+        self.limits = limits
+        self.waiting = WaitingQueue(policy)
+        self.running: list[Request] = []
+        self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
+        self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
+        self.num_preemptions = 0
+        policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
+
+    # -- requests in and out -------------------------------------------------------
+    def add_request(self, request: Request, forks: Sequence[Request] = ()) -> None:
+        """``forks``: children sampling from the same prompt (``n > 1``); once ``request`` has
+        computed its prompt each child shares its KV blocks (copy-on-write) and runs on its own."""
+        if request.num_tokens + 1 > self.limits.max_model_len:
+            raise ValueError(
+                f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
+                f"to generate within engine.max_model_len={self.limits.max_model_len}"
+            )
+        need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
+        capacity = self.kv.num_blocks * self.kv.block_size
+        if need > capacity:
+            raise ValueError(
+                f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
+                f"{capacity} (kvcache.num_blocks={self.kv.num_blocks} x block_size={self.kv.block_size})"
+            )
+        request.status = RequestStatus.WAITING
+        self.waiting.push(request)
+        if forks:
+            self._forks[request.request_id] = list(forks)
+            for child in forks:
+                child.status = RequestStatus.WAITING
+
+    def abort(self, request_id: str, step_failed: bool = False) -> Request | None:
+        """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
+        was to compute its scheduled tokens raised, so its unwritten blocks leave the prefix cache
+        (``KVCacheManager.discard``)."""
+        request = self.waiting.remove(request_id)
+        if request is None:
+            request = self._remove_pending(request_id)
+        if request is None:
+            request = next((r for r in self.running if r.request_id == request_id), None)
+            if request is None:
+                return None
+            self.running.remove(request)
+        for child in self._forks.pop(request_id, []):  # the parent will not fork: run them alone
+            self.waiting.push(child)
+        if step_failed:
+            self.kv.discard(request)
+        else:
+            self.kv.free(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        return request
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped) + sum(map(len, self._forks.values()))
+
+    def _remove_pending(self, request_id: str) -> Request | None:
+        """Take a swapped-out request or a not-yet-forked child out of its queue."""
+        for i, r in enumerate(self.swapped):
+            if r.request_id == request_id:
+                return self.swapped.pop(i)
+        for children in self._forks.values():
+            for i, r in enumerate(children):
+                if r.request_id == request_id:
+                    return children.pop(i)
+        return None
+
+    # -- one step ------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        total = budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
+        step = StepRows()
+        if self.policy.rekey_each_step and len(self.waiting):
+            self.waiting.rekey()
+        if self.policy.waiting_first:
+            budget = self._swap_in(budget, step)
+            if not self.swapped:
+                budget = self._admit(budget, step)
+        budget, preempted = self._schedule_running(budget, step)
+        if not preempted and not self.policy.waiting_first:
+            budget = self._swap_in(budget, step)
+            if not self.swapped:
+                budget = self._admit(budget, step)
+        ops = self.kv.take_block_ops()
+        return SchedulerOutput(
+            step.rows,
+            num_batched_tokens=total - budget,
+            preempted_ids=[r.request_id for r in preempted],
+            num_waiting=len(self.waiting),
+            swap_out=ops.swap_out,
+            copy_blocks=ops.copy_blocks,
+            swap_in=ops.swap_in,
+            decodes=step.decodes,
+            chunk_requests=step.requests,
+        )
+
+    def _swap_in(self, budget: int, step: StepRows) -> int:
+        """Bring swapped-out requests back, oldest preemption first, each with its next chunk."""
+        while self.swapped and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            request = self.swapped[0]
+            n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
+            if not self.kv.swap_in(request, request.num_computed_tokens + n):
+                break
+            self.swapped.pop(0)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            ok = self._allocate(request, n, request.num_tokens)
+            assert ok, "swap_in covered the chunk"
+            step.add_chunk(self._scheduled(request, n, request.num_tokens), request)
+            budget -= n
+        return budget
+
+    def _schedule_running(self, budget: int, step: StepRows) -> tuple[int, list[Request]]:
+        """Schedule the running requests in the policy's order (each its gap, within ``budget``);
+        returns the budget left and the requests preempted to make room."""
+        preempted: list[Request] = []
+        swapped_in = step.request_ids() if step.rows else ()  # already scheduled (waiting-first swap-ins)
+        running = RequestStatus.RUNNING
+        for request in list(self.policy.running_order(self.running)):
+            if budget == 0:
+                break
+            if request.status is not running or request.request_id in swapped_in:
+                continue
+            if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
+                step.add_decode(request, self.kv.block_table(request.request_id))
+                budget -= 1
+                continue
+            known = request.num_tokens
+            n = min(known + len(request.spec_token_ids) - request.num_computed_tokens, budget)
+            if n <= 0:
+                continue
+            if request.spec_token_ids:
+                n = self._fit_drafts(request, n)
+            if not self._allocate(request, n, known):
+                n, victims = self._make_room(request, n, known, step.request_ids())
+                preempted += victims
+                if n == 0:  # the request itself was preempted
+                    continue
+            step.add_chunk(self._scheduled(request, n, known), request)
+            budget -= n
+        return budget, preempted
+
+    def _make_room(self, request: Request, n: int, known: int, scheduled: set[str]) -> tuple[int, list[Request]]:
+        """Slots for ``n`` tokens of a running request did not fit: drop its drafts, then preempt
+        requests not ``scheduled`` this step (the policy picks; possibly this one) until they do.
+        Returns the tokens it gets (0: it was preempted) and the requests preempted."""
+        preempted: list[Request] = []
+        while True:
+            if request.spec_token_ids:  # drafts never cause a preemption: drop them first
+                n = self._fit_drafts(request, n - len(request.spec_token_ids))
+            else:
+                victim = self.policy.pick_victim([r for r in self.running if r.request_id not in scheduled])
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    return 0, preempted
+            if self._allocate(request, n, known):
+                return n, preempted
+
+    def _admit(self, budget: int, step: StepRows) -> int:
+        while budget > 0 and len(self.running) < self.limits.max_num_seqs:
+            request = self.waiting.peek()
+            if request is None:
+                break
+            if request.num_computed_tokens == 0:
+                request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
+            gap = request.num_tokens_with_spec - request.num_computed_tokens
+            if gap > budget and not self.limits.enable_chunked_prefill:
+                break
+            n = min(gap, budget)
+            if not self._allocate(request, n, request.num_tokens):
+                if not self.running and step.is_empty:
+                    raise RuntimeError(
+                        f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
+                        f"KV cache of {self.kv.num_blocks} blocks x {self.kv.block_size}: raise kvcache.num_blocks"
+                    )
+                self.kv.free(request)
+                request.num_computed_tokens = request.num_cached_tokens = 0
+                break
+            self.waiting.pop()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            step.add_chunk(self._scheduled(request, n, request.num_tokens), request)
+            budget -= n
+        return budget
+
+    def _allocate(self, request: Request, n: int, known: int) -> bool:
+        """Slots for the next ``n`` tokens (``known``: prompt + output length; only those are cacheable)."""
+        end = request.num_computed_tokens + n
+        return self.kv.allocate_slots(request, end, end if end < known else known)
+
+    def _scheduled(self, request: Request, n: int, known: int) -> ScheduledRequest:
+        """The chunk of ``n`` tokens from the request's first uncomputed one (``known``: its prompt + output length)."""
+        start = request.num_computed_tokens
+        end = start + n
+        return ScheduledRequest(
+            request.request_id,
+            start,
+            n,
+            request.token_ids(start, end),
+            self.kv.block_table(request.request_id),
+            end == known + len(request.spec_token_ids),
+            end - known if end > known else 0,
+        )
+
+    @staticmethod
+    def _fit_drafts(request: Request, n: int) -> int:
+        """Drafts are verified in one step or not at all: drop those beyond the ``n`` tokens this
+        step gives the request; returns the tokens to schedule."""
+        keep = request.num_computed_tokens + n - request.num_tokens
+        if keep < len(request.spec_token_ids):
+            request.spec_token_ids = request.spec_token_ids[: max(keep, 0)]
+        return min(n, request.num_tokens_with_spec - request.num_computed_tokens)
+
+    def _preempt(self, request: Request) -> None:
+        """Preemption by swap (KV copied to the CPU pool; computed tokens kept) when configured and
+        possible, else by recompute: drop the request's KV and requeue it."""
+        self.running.remove(request)
+        if self.limits.preemption_mode == "swap" and self.kv.swap_out(request):
+            request.spec_token_ids = []
+            request.num_preemptions += 1
+            request.status = RequestStatus.WAITING
+            self.num_preemptions += 1
+            self.swapped.append(request)
+            return
+        self.kv.free(request)
+        request.num_computed_tokens = request.num_cached_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        request.status = RequestStatus.WAITING
+        self.num_preemptions += 1
+        self.waiting.push(request)
+
+    # -- after the model ran ---------------------------------------------------------
+    def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
+        """Advance each row's request by the tokens computed for it and append the tokens it
+        accepted (``_accept``), the plain decodes' (column-wise) first; free those that finished.
+        A row whose request stopped running since ``schedule`` (aborted) is skipped."""
+        decoded, tokens = sched.decodes.requests, out.decode_tokens(sched.decodes)
+        finished: list[Request] = []
+        running = RequestStatus.RUNNING
+        accept = self._accept
+        skipped: list[Request] = []
+        for request, token in zip(decoded, tokens, strict=True):
+            if request.status is not running:
+                skipped.append(request)
+                continue
+            request.num_computed_tokens += 1
+            if accept(request, (token,), 0, eos_token_ids):
+                finished.append(request)
+        if skipped:
+            decoded, tokens = _without(skipped, decoded, tokens)
+        others, finished_others = self._update_chunks(sched, out, eos_token_ids)
+        stopped = finished + finished_others
+        if stopped:
+            for request in stopped:
+                self.kv.free(request)
+            done = {r.request_id for r in stopped}
+            self.running = [r for r in self.running if r.request_id not in done]
+        return StepOutputs(decoded, tokens, finished, others, out.logprobs)
+
+    def _update_chunks(
+        self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]
+    ) -> tuple[list[RequestOutput], list[Request]]:
+        """``update`` for the rows other than the column-wise decodes: returns their outputs (one per
+        sampling row) and the requests that finished."""
+        outputs: list[RequestOutput] = []
+        finished: list[Request] = []
+        sampled, logprobs = out.sampled_token_ids, out.logprobs
+        for s, request in zip(sched.chunks, sched.chunk_requests, strict=True):
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            request.num_computed_tokens += s.num_tokens
+            if not s.sample:
+                continue
+            rid, num_before = s.request_id, len(request.output_token_ids)
+            stopped = self._accept(request, sampled[rid], s.num_draft_tokens, eos_token_ids)
+            if stopped:
+                finished.append(request)
+            new = request.output_token_ids[num_before:]
+            lps = logprobs[rid][: len(new)] if logprobs and rid in logprobs else None
+            status = request.status.value if stopped else None
+            outputs.append(
+                RequestOutput(
+                    rid,
+                    request.prompt_token_ids,
+                    request.output_token_ids,
+                    new,
+                    stopped,
+                    status,
+                    "",
+                    request.num_cached_tokens,
+                    lps,
+                )
+            )
+        return outputs, finished
+
+    def _accept(
+        self, request: Request, accepted: Sequence[int], num_draft_tokens: int, eos_token_ids: frozenset[int]
+    ) -> bool:
+        """Append the step's accepted tokens (after verified drafts: rejected ones are uncomputed and
+        their slots trimmed) until one stops the request; fork its children once its prompt is in.
+        Returns whether the request stopped."""
+        rejected = num_draft_tokens - (len(accepted) - 1) if num_draft_tokens else 0
+        request.num_computed_tokens -= rejected
+        if request.spec_token_ids:
+            request.spec_token_ids = []
+        output, constraint = request.output_token_ids, request.constraint
+        stopped = False
+        for token in accepted:
+            output.append(token)
+            if constraint is not None:
+                constraint.accept(token)
+            if self._check_stop(request, token, eos_token_ids):
+                stopped = True
+                break
+        if rejected:
+            self.kv.trim(request, request.num_computed_tokens)
+        forks = self._forks
+        if forks and request.request_id in forks and request.num_computed_tokens >= request.num_prompt_tokens:
+            self._fork(request)
+        return stopped
+
+    def _fork(self, parent: Request) -> None:
+        """Each child shares the parent's blocks for all but the last prompt token, which it
+        recomputes itself to get its own logits (writing it copies the shared block)."""
+        for child in self._forks.pop(parent.request_id):
+            if len(self.running) < self.limits.max_num_seqs and self.kv.fork(
+                parent, child, parent.num_prompt_tokens - 1
+            ):
+                child.num_computed_tokens = parent.num_prompt_tokens - 1
+                child.status = RequestStatus.RUNNING
+                self.running.append(child)
+            else:
+                self.waiting.push(child)
+
+    def _check_stop(self, request: Request, token: int, eos_token_ids: frozenset[int]) -> bool:
+        """Set the request's finished status if ``token`` (just appended) ends it."""
+        params = request.sampling_params
+        if (not params.ignore_eos and token in eos_token_ids) or (
+            params.stop_token_ids and token in params.stop_token_ids
+        ):
+            request.status = RequestStatus.FINISHED_STOPPED
+            return True
+        n_out = len(request.output_token_ids)
+        if n_out >= params.max_tokens or n_out + len(request.prompt_token_ids) >= self.limits.max_model_len:
+            request.status = RequestStatus.FINISHED_LENGTH
+            return True
+        return False
+
+
+def _without(skipped: list[Request], requests: list[Request], tokens: list[int]) -> tuple[list[Request], list[int]]:
+    """The decodes' requests and tokens but those of ``skipped``."""
+    kept = [(r, t) for r, t in zip(requests, tokens, strict=True) if all(r is not x for x in skipped)]
+    return [r for r, _ in kept], [t for _, t in kept]

@@ -1,0 +1,266 @@
+"""Grammar compiles off the event loop, in worker processes, each bounded in time, DFA states and
+memory (``CompileLimits``, the ``structured`` conf group's options).
+
+A process, not a thread: outlines-core's index build (exponential in e.g. a string's
+``maxLength``) cannot be interrupted, and only a process can be killed and given its own memory
+limit. Each worker sets ``RLIMIT_AS`` to its size after imports plus ``compile_memory_mb``; an
+allocation past it fails (``MemoryError``, or an abort in the Rust/C++ code, seen here as the
+worker's death). A compile that outlives ``compile_timeout_s`` gets its worker killed (SIGKILL:
+outlines-core ignores SIGTERM mid-compile); a dead worker is replaced. Workers are fresh
+interpreters (``python -m forge.structured.compile_pool``) that exit when the server's end of
+their socket closes, and an ``RLIMIT_CPU`` of twice the timeout per compile stops one whose
+server vanished mid-compile. ``compile_workers`` threads of this process each drive one worker, so that
+many compiles run at once and the event loop only awaits; up to ``max_pending_compiles`` more
+wait for a thread, beyond that ``CompileBusy`` (the server answers 503). Artefacts come back
+pickled (``GrammarBuilder`` contract); only successful compiles enter the backend's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import resource
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from forge.structured.base import (
+    ConstraintSpec,
+    Grammar,
+    GrammarBuilder,
+    GrammarError,
+    GrammarTooLarge,
+    StructuredBackend,
+)
+
+_JOIN_S = 5.0
+_START_S = 120.0  # a spawned worker imports torch (xgrammar) on a possibly loaded machine
+
+
+class CompileBusy(Exception):
+    """No compile can start now: every worker is busy and the waiting line is full, or a worker
+    failed to start (the server answers 503)."""
+
+
+def _limit_address_space(extra_mb: int) -> None:
+    """Cap this process's address space at its current size plus ``extra_mb``."""
+    try:
+        with open("/proc/self/statm") as f:
+            current = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no procfs: no memory cap (the time limit still holds)
+        return
+    limit = current + (extra_mb << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _limit_cpu(seconds: float) -> None:
+    """SIGXCPU (which ends the process) after ``seconds`` more CPU time: a compile whose server
+    died (so nobody kills it at the timeout) still stops."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (int(usage.ru_utime + usage.ru_stime + seconds) + 1, hard))
+
+
+def serve(conn: Connection) -> None:
+    """A worker's loop: ``(builder, memory_mb, timeout_s)`` first, then ``(spec, max_states)`` in
+    and ``(kind, artefact or message)`` out."""
+    builder, memory_mb, timeout_s = conn.recv()
+    assert isinstance(builder, GrammarBuilder)
+    _limit_address_space(memory_mb)
+    conn.send(("ready", None))
+    while True:
+        try:
+            spec, max_states = conn.recv()
+        except EOFError:
+            return
+        _limit_cpu(2 * timeout_s)
+        try:
+            reply: tuple[str, object] = ("ok", builder.build(spec, max_states))
+        except GrammarTooLarge as exc:
+            reply = ("too_large", str(exc))
+        except GrammarError as exc:
+            reply = ("error", str(exc))
+        except MemoryError:
+            reply = ("memory", "")
+        conn.send(reply)
+
+
+@dataclass(eq=False)
+class _Worker:
+    process: subprocess.Popen[bytes]
+    conn: Connection
+
+    def kill(self) -> None:
+        self.conn.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # it was sent SIGKILL: the OS reaps it
+            self.process.wait(_JOIN_S)
+
+    @classmethod
+    def launch(cls) -> _Worker:
+        """``python -m forge.structured.compile_pool FD``: a fresh interpreter that imports only
+        what the builder needs (not the server's ``__main__``, as multiprocessing's spawn would)."""
+        ours, theirs = socket.socketpair()
+        root = str(Path(__file__).resolve().parents[2])  # this forge, whatever else is installed
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        fd = theirs.fileno()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "forge.structured.compile_pool", str(fd)],
+            pass_fds=(fd,),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        return cls(process, Connection(ours.detach()))
+
+
+class CompilePool:
+    """Compiles ``backend``'s specs within ``backend.limits``; ``await compile(spec)``."""
+
+    def __init__(self, backend: StructuredBackend) -> None:
+        self.backend = backend
+        self.limits = backend.limits
+        self._threads = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="grammar-compile")
+        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
+        for _ in range(self.limits.workers):
+            self._idle.put(None)  # started on first use (or by ``start``)
+        self._live: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._closed = False
+
+    def start(self) -> None:
+        """Start every worker in the background (a spawn imports the backend's libraries)."""
+        for _ in range(self.limits.workers):
+            self._threads.submit(self._warm)
+
+    async def compile(self, spec: ConstraintSpec) -> Grammar:
+        """The grammar, from the cache or a worker. ``GrammarError`` (``GrammarTooLarge`` past the
+        budget); ``CompileBusy`` when too many compiles are already waiting."""
+        cached = self.backend.cache.get(spec)
+        if cached is not None:
+            return cached
+        with self._lock:
+            if self._in_flight >= self.limits.workers + self.limits.max_pending:
+                raise CompileBusy(
+                    f"{self._in_flight} grammar compiles are running or waiting; retry later "
+                    "or raise structured.max_pending_compiles"
+                )
+            self._in_flight += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, self.compile_blocking, spec)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def compile_blocking(self, spec: ConstraintSpec) -> Grammar:
+        """``compile`` for a caller that may block (no waiting-line cap)."""
+        cached = self.backend.cache.get(spec)  # a compile that waited may find it done meanwhile
+        if cached is not None:
+            return cached
+        worker = self._idle.get()
+        try:
+            if worker is not None and worker.process.poll() is not None:  # died while idle
+                self._retire(worker)
+                worker = None
+            worker = worker or self._spawn()
+            kind, payload = self._ask(worker, spec)
+        except GrammarTooLarge:
+            assert worker is not None
+            self._retire(worker)
+            worker = None
+            self._threads.submit(self._warm)
+            raise
+        finally:
+            self._idle.put(worker)
+        if kind == "too_large":
+            raise GrammarTooLarge(str(payload))
+        if kind == "memory":
+            raise GrammarTooLarge(self._memory_message(spec))
+        if kind == "error":
+            raise GrammarError(str(payload))
+        grammar = self.backend.load(payload)
+        self.backend.cache.put(spec, grammar)
+        return grammar
+
+    def _ask(self, worker: _Worker, spec: ConstraintSpec) -> tuple[str, object]:
+        try:
+            worker.conn.send((spec, self.limits.max_states))
+            if worker.conn.poll(self.limits.timeout_s):
+                kind, payload = worker.conn.recv()
+                return str(kind), payload
+        except (EOFError, OSError):  # the worker died: out of its address space (or killed)
+            raise GrammarTooLarge(self._memory_message(spec)) from None
+        raise GrammarTooLarge(
+            f"{spec.description} is too large to compile within {self.limits.timeout_s:g} s; "
+            "simplify it or raise structured.compile_timeout_s"
+        )
+
+    def _memory_message(self, spec: ConstraintSpec) -> str:
+        return (
+            f"{spec.description} is too large to compile within {self.limits.memory_mb} MB; "
+            "simplify it or raise structured.compile_memory_mb"
+        )
+
+    def _spawn(self) -> _Worker:
+        if self._closed:
+            raise CompileBusy("the grammar compiler is shut down")
+        worker = _Worker.launch()  # not fork: unsafe in the threaded server process
+        with self._lock:
+            self._live.add(worker)
+        try:
+            worker.conn.send((self.backend.builder(), self.limits.memory_mb, self.limits.timeout_s))
+            ready = worker.conn.poll(_START_S) and worker.conn.recv()[0] == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self._retire(worker)
+            raise CompileBusy("a grammar compile worker failed to start; see the server log")
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._live.discard(worker)
+
+    def _warm(self) -> None:
+        worker = self._idle.get()
+        try:
+            if worker is None and not self._closed:
+                worker = self._spawn()
+        finally:
+            self._idle.put(worker)
+
+    @property
+    def in_flight(self) -> int:
+        """Compiles running or waiting for a worker (through ``compile``)."""
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes alive now."""
+        with self._lock:
+            return sum(w.process.poll() is None for w in self._live)
+
+    def close(self) -> None:
+        """Kill the workers; compiles in flight fail."""
+        self._closed = True
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            workers = list(self._live)
+            self._live.clear()
+        for worker in workers:
+            worker.kill()
+
+
+if __name__ == "__main__":
+    serve(Connection(int(sys.argv[1])))
