@@ -137,13 +137,15 @@ def _nvrtc_compile(lib: ctypes.CDLL, source: str, name: str, options: list[str])
 
 
 def _cuda_include_dirs() -> list[str]:
-    """Where cuda_fp16.h lives. NVRTC 12 does not build it in; CuPy adds its CUDA include
-    directory the same way at run time."""
+    """Where cuda_fp16.h lives: a CUDA toolkit, or the nvidia-cuda-runtime-cu12 wheel (dev
+    extras, Linux). NVRTC 12 does not build it in; CuPy adds its CUDA include directory the
+    same way at run time."""
     roots = [os.environ.get("CUDA_PATH", ""), os.environ.get("CUDA_HOME", "")]
     nvcc = shutil.which("nvcc")
     if nvcc:
         roots.append(str(Path(os.path.realpath(nvcc)).parent.parent))
     roots.append("/usr/local/cuda")
+    roots += [os.path.join(site, "nvidia", "cuda_runtime") for site in sys.path]  # the nvidia-cuda-runtime-cu12 wheel
     return [f"{r}/include" for r in roots if r and (Path(r) / "include" / "cuda_fp16.h").is_file()][:1]
 
 

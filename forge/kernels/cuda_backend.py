@@ -42,29 +42,55 @@ class CudaBackend(KernelBackend):
         cuda_graphs: bool = True,
         quantized_linear: str = "gemv",
         gemv_max_rows: int = 8,
+        runtime: Any = None,
     ) -> None:
-        from forge.kernels.cuda.compiler import KernelLibrary, import_cupy, missing_requirements
+        """``runtime``: None runs on a CUDA GPU through CuPy; ``"cpu"`` (or a
+        ``forge.kernels.cuda.cpu_emu.CpuCuda``) runs the same kernels, launch code and graphs on
+        the CPU under CUDA's execution model, with ``device`` ``cpu``: a correctness tool for
+        machines without a GPU (``backend=cuda backend.device=cpu backend.runtime=cpu``), slow."""
+        from forge.kernels.cuda.compiler import (
+            KernelLibrary,
+            device_shared_memory,
+            import_cupy,
+            missing_requirements,
+            torch_stream_handle,
+        )
         from forge.kernels.cuda.ops import GEMV_MAX_M, CudaOps
 
-        missing = missing_requirements()
-        if missing:
-            raise RuntimeError(
-                "backend=cuda cannot run on this machine: it needs "
-                + "; and ".join(missing)
-                + ". Use backend=torch instead."
-            )
+        if runtime == "cpu":
+            from forge.kernels.cuda.cpu_emu import CpuCuda
+
+            runtime = CpuCuda()
+        elif runtime is not None and not hasattr(runtime, "RawModule"):
+            raise ValueError(f"runtime must be None, 'cpu' or a CpuCuda, got {runtime!r}")
+        if runtime is None:
+            missing = missing_requirements()
+            if missing:
+                raise RuntimeError(
+                    "backend=cuda cannot run on this machine: it needs "
+                    + "; and ".join(missing)
+                    + ". Use backend=torch instead."
+                )
+        device_type = "cuda" if runtime is None else runtime.device_type
         if device == "auto":
-            device = "cuda"
+            device = device_type
         super().__init__(device)
-        if self.device.type != "cuda":
+        if self.device.type != device_type:
             raise ValueError(f"CudaBackend needs a CUDA device, got {device!r} (use backend=torch for CPU)")
         if quantized_linear not in ("gemv", "dequant"):
             raise ValueError(f"quantized_linear must be 'gemv' or 'dequant', got {quantized_linear!r}")
         if not 0 <= gemv_max_rows <= GEMV_MAX_M:
             raise ValueError(f"gemv_max_rows must be in 0..{GEMV_MAX_M}")
-        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        self.device = torch.device("cuda", index)
-        self.ops = CudaOps(KernelLibrary(import_cupy(), index))
+        if runtime is None:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self.device = torch.device("cuda", index)
+            lib = KernelLibrary(import_cupy(), index, device_shared_memory(index), torch_stream_handle(index))
+            # What GraphRunner captures and replays with: torch.cuda's graphs, or the CPU layer's.
+            self.graph_api: Any = torch.cuda
+        else:
+            lib = KernelLibrary(runtime, 0, runtime.max_shared_memory, runtime.stream_handle)
+            self.graph_api = runtime.graphs
+        self.ops = CudaOps(lib)
         self.cuda_graphs = cuda_graphs
         self.quantized_linear = quantized_linear
         self.gemv_max_rows = gemv_max_rows
@@ -98,15 +124,10 @@ class CudaBackend(KernelBackend):
     def attention(
         self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
     ) -> torch.Tensor:
-        if window is not None:
-            raise NotImplementedError(
-                "backend=cuda has no sliding-window attention kernel yet (models with windowed layers, such as "
-                "Gemma-3, need backend=torch or backend=cpu)"
-            )
         k_cache, v_cache = kv
         q = _kv_layout(query.to(k_cache.dtype))
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        self.ops.attention(out, q, k_cache, v_cache, self._device_meta(meta), scale)
+        self.ops.attention(out, q, k_cache, v_cache, self._device_meta(meta), scale, window)
         return out.to(query.dtype)
 
     def _device_meta(self, meta: AttentionMetadata) -> Any:

@@ -74,11 +74,13 @@ class GraphRunner:
         self.warmup_runs = warmup_runs
         if enabled is None:
             enabled = bool(getattr(backend, "cuda_graphs", False))
+        # torch.cuda, or the graph API of the backend's device (the CPU layer's in tests).
+        self.cuda = getattr(backend, "graph_api", torch.cuda)
         self.enabled = (
             enabled
             and bool(getattr(backend, "supports_cuda_graphs", False))
-            and torch.cuda.is_available()
-            and kv_caches[0][0].is_cuda
+            and self.cuda.is_available()
+            and kv_caches[0][0].device == backend.device
         )
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         if self.enabled:
@@ -124,20 +126,21 @@ class GraphRunner:
         """Capture every bucket, largest first so smaller graphs reuse its memory pool."""
         if not self.enabled:
             return
-        pool = torch.cuda.graph_pool_handle()
+        cuda = self.cuda
+        pool = cuda.graph_pool_handle()
         for bucket in reversed(self.buckets):
             batch = self._static_batch(bucket)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            side = cuda.Stream()
+            side.wait_stream(cuda.current_stream())
+            with cuda.stream(side):
                 for _ in range(self.warmup_runs):  # compiles kernels, settles the allocator
                     self.model.forward(batch, self.kv_caches, self.backend)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            cuda.current_stream().wait_stream(side)
+            graph = cuda.CUDAGraph()
+            with cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 logits = self.model.forward(batch, self.kv_caches, self.backend)
             self._graphs[bucket] = (graph, logits)
-        torch.cuda.synchronize()
+        cuda.synchronize()
 
     # -- internals --------------------------------------------------------------------------
     def _static_batch(self, bucket: int) -> ForwardBatch:

@@ -9,6 +9,7 @@ stream while a CUDA graph is being recorded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,10 +56,26 @@ def f32(v: float) -> np.float32:
     return np.float32(v)
 
 
-class KernelLibrary:
-    """Compiled kernels for one device, one CuPy ``RawModule`` per (source, macros)."""
+def device_shared_memory(device_index: int) -> int:
+    """Shared memory one block may opt in to on this CUDA device, in bytes."""
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
 
-    def __init__(self, cupy: Any, device_index: int) -> None:
+
+def torch_stream_handle(device_index: int) -> Callable[[], int]:
+    """The handle of torch's current stream on the device (the capture stream during graph capture)."""
+    return lambda: int(torch.cuda.current_stream(device_index).cuda_stream)
+
+
+class KernelLibrary:
+    """Compiled kernels for one device, one CuPy ``RawModule`` per (source, macros).
+
+    ``cupy``: the CuPy module, or the CPU layer's stand-in (``forge.kernels.cuda.cpu_emu``).
+    ``max_shared_memory``: the device's per-block opt-in limit. ``stream_handle``: returns the
+    stream to launch on, at each launch.
+    """
+
+    def __init__(self, cupy: Any, device_index: int, max_shared_memory: int, stream_handle: Callable[[], int]) -> None:
         self._cupy = cupy
         self.device_index = device_index
         self._device = cupy.cuda.Device(device_index)
@@ -66,8 +83,8 @@ class KernelLibrary:
         self._functions: dict[tuple[str, str, tuple[tuple[str, int], ...]], Any] = {}
         self._streams: dict[int, Any] = {}
         self._shared_mem_set: dict[int, int] = {}
-        props = torch.cuda.get_device_properties(device_index)
-        self.max_shared_memory = int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+        self._stream_handle = stream_handle
+        self.max_shared_memory = max_shared_memory
 
     def function(self, source: str, name: str, dtype: torch.dtype, **extra: int) -> Any:
         """The kernel ``name`` of ``source`` built for ``dtype`` and macros ``FORGE_<KEY>=value``."""
@@ -107,7 +124,7 @@ class KernelLibrary:
             kernel(grid, block, args, shared_mem=shared_mem)
 
     def _stream(self) -> Any:
-        handle = torch.cuda.current_stream(self.device_index).cuda_stream
+        handle = self._stream_handle()
         stream = self._streams.get(handle)
         if stream is None:
             stream = self._cupy.cuda.ExternalStream(handle, self.device_index)

@@ -230,9 +230,11 @@ class CudaOps:
         v_cache: torch.Tensor,
         meta: DeviceAttentionMetadata,
         scale: float,
+        window: int | None = None,
     ) -> None:
         """Decode requests (query_len 1) through the partitioned paged kernel (+ reduce),
-        the others through the prefill kernel; together they write every row of ``out``."""
+        the others through the prefill kernel; together they write every row of ``out``.
+        ``window``: sliding-window attention over the last ``window`` positions (None: all)."""
         dtype = _same_dtype(out, query, k_cache, v_cache)
         tokens, heads, head_dim = query.shape
         _, block_size, kv_heads, cache_dim = k_cache.shape
@@ -251,6 +253,7 @@ class CudaOps:
             meta.seq_lens.dtype == torch.int32 and meta.query_start_loc.dtype == torch.int32,
             "seq_lens and query_start_loc must be int32",
         )
+        _require(window is None or window > 0, f"window must be positive, got {window}")
         gqa = heads // kv_heads
         q_stride = _heads(query, "query")
         bt_stride = meta.block_tables.stride(0)
@@ -271,7 +274,8 @@ class CudaOps:
             vec = 16 // query.element_size()
             _require(head_dim % vec == 0, f"decode attention needs head_dim divisible by {vec} for {dtype}")
             _require(k_cache.data_ptr() % 16 == 0 and v_cache.data_ptr() % 16 == 0, "KV caches must be 16-byte aligned")
-            parts = max(1, _ceil_div(meta.decode_max_seq_len, PARTITION_SIZE))
+            context = meta.decode_max_seq_len if window is None else min(meta.decode_max_seq_len, window)
+            parts = max(1, _ceil_div(context, PARTITION_SIZE))
             rows = meta.num_seqs * heads * parts
             exp_sums = torch.empty(rows, dtype=torch.float32, device=out.device)
             max_logits = torch.empty(rows, dtype=torch.float32, device=out.device)
@@ -287,6 +291,7 @@ class CudaOps:
                 *common,
                 i32(parts),
                 f32(scale),
+                i32(window or 0),
             )
             self.lib.launch(fn, (kv_heads, meta.num_seqs, parts), (DECODE_THREADS,), args, shared_mem=smem)
             # Launched even when parts == 1: it is what turns a too-small host bound into NaN
@@ -301,6 +306,7 @@ class CudaOps:
                 ptr(meta.query_start_loc),
                 i32(heads),
                 i32(parts),
+                i32(window or 0),
             )
             self.lib.launch(fn, (heads, meta.num_seqs), (DECODE_THREADS,), args, shared_mem=4 * parts)
         if meta.has_prefill:
@@ -312,7 +318,7 @@ class CudaOps:
                 + PREFILL_BLOCK_N * (2 * head_dim + 1)
                 + (PREFILL_THREADS // 32) * PREFILL_BLOCK_N
             )
-            prefill_args = (ptr(out), ptr(query), *common, f32(scale))
+            prefill_args = (ptr(out), ptr(query), *common, f32(scale), i32(window or 0))
             self.lib.launch(fn, grid, (PREFILL_THREADS,), prefill_args, shared_mem=smem)
 
     # -- quantized weights -------------------------------------------------------------------

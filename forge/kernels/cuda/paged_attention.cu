@@ -1,5 +1,6 @@
-// Decode attention over a paged KV cache (one query token per request), PagedAttention-V2
-// style: a request's context is cut into partitions of PARTITION_SIZE tokens, each handled
+// Decode attention over a paged KV cache (one query token per request), optionally over a
+// sliding window of the last `window` keys, PagedAttention-V2 style: a request's context is
+// cut into partitions of PARTITION_SIZE tokens, each handled
 // by its own thread block; when there is more than one, paged_attention_reduce merges the
 // partial results with the log-sum-exp rule.
 //
@@ -21,6 +22,12 @@
 #define PARTITION_SIZE 512
 #define NUM_THREADS 128
 #define NUM_WARPS (NUM_THREADS / FORGE_WARP)
+
+// The decode query sits at position seq_len - 1; with a sliding window it sees the keys
+// [seq_len - window, seq_len), and the partitions cover that range from its start.
+__device__ __forceinline__ int context_start(int seq_len, int window) {
+    return window > 0 && seq_len > window ? seq_len - window : 0;
+}
 
 static_assert(HEAD_DIM % FORGE_VEC == 0, "head_dim must be a multiple of 16 bytes / sizeof(dtype)");
 
@@ -46,7 +53,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_decode
     int block_size,
     int bt_stride,
     int max_partitions,
-    float scale)
+    float scale,
+    int window)                              // > 0: attend to the last `window` keys only
 {
     const int kv_head = blockIdx.x;
     const int seq = blockIdx.y;
@@ -54,10 +62,11 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_decode
     const int q_row = query_start_loc[seq];
     if (query_start_loc[seq + 1] - q_row != 1) return;
     const int seq_len = seq_lens[seq];
-    const int start = part * PARTITION_SIZE;
+    const int lo = context_start(seq_len, window);
+    const int start = lo + part * PARTITION_SIZE;
     if (start >= seq_len) return;
     const int n = min(seq_len - start, PARTITION_SIZE);
-    const int num_parts = (seq_len + PARTITION_SIZE - 1) / PARTITION_SIZE;
+    const int num_parts = (seq_len - lo + PARTITION_SIZE - 1) / PARTITION_SIZE;
     const int num_heads = num_kv_heads * GQA;
     const int tid = threadIdx.x;
     const int lane = tid % FORGE_WARP;
@@ -182,13 +191,15 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_reduce
     const int* __restrict__ seq_lens,
     const int* __restrict__ query_start_loc,
     int num_heads,
-    int max_partitions)
+    int max_partitions,
+    int window)
 {
     const int head = blockIdx.x;
     const int seq = blockIdx.y;
     const int q_row = query_start_loc[seq];
     if (query_start_loc[seq + 1] - q_row != 1) return;
-    const int num_parts = (seq_lens[seq] + PARTITION_SIZE - 1) / PARTITION_SIZE;
+    const int seq_len = seq_lens[seq];
+    const int num_parts = (seq_len - context_start(seq_len, window) + PARTITION_SIZE - 1) / PARTITION_SIZE;
     if (num_parts <= 1) return;  // paged_attention_decode wrote the output directly
     scalar_t* o = out + ((long long)q_row * num_heads + head) * HEAD_DIM;
     if (num_parts > max_partitions) {

@@ -1,5 +1,5 @@
-// Causal attention for requests with more than one new token (prefill and chunked
-// prefill) over a paged KV cache that already holds the request's whole context, new
+// Causal attention (optionally over a sliding window) for requests with more than one new
+// token (prefill and chunked prefill) over a paged KV cache that already holds the request's whole context, new
 // tokens included. A request's query_len new tokens are the last positions of its
 // seq_len context: query token i sits at position seq_len - query_len + i and attends to
 // positions 0 ..= that position (a cached prefix is simply the part before the first one).
@@ -35,7 +35,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
     int num_kv_heads,
     int block_size,
     int bt_stride,
-    float scale)
+    float scale,
+    int window)                              // > 0: query at p sees keys p - window + 1 ..= p
 {
     const int seq = blockIdx.y;
     const int kv_head = blockIdx.z;
@@ -52,8 +53,10 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
     const int* table = block_tables + (long long)seq * bt_stride;
     const int tokens_here = min(TOKENS_PER_BLOCK, query_len - tok0);
     const int num_rows = tokens_here * GQA;
-    // Keys any row of this block needs: positions [0, kv_end).
+    // Keys any row of this block needs: positions [kv_begin, kv_end), kv_begin tile-aligned.
     const int kv_end = ctx0 + tok0 + tokens_here;
+    const int first_visible = window > 0 ? max(0, ctx0 + tok0 - window + 1) : 0;
+    const int kv_begin = first_visible / BLOCK_N * BLOCK_N;
 
     extern __shared__ float smem[];
     float* q_s = smem;                         // [ROWS][HEAD_DIM]
@@ -85,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
         for (int j = 0; j < DIMS_PER_LANE; ++j) acc[i][j] = 0.0f;
     }
 
-    for (int kt = 0; kt < kv_end; kt += BLOCK_N) {
+    for (int kt = kv_begin; kt < kv_end; kt += BLOCK_N) {
         __syncthreads();  // q_s is written (first tile) / the previous tile is consumed
         for (int i = tid; i < BLOCK_N * HEAD_DIM; i += NUM_THREADS) {
             const int j = i / HEAD_DIM;
@@ -109,12 +112,14 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
             if (r >= num_rows) continue;
             const int q_pos = ctx0 + tok0 + r / GQA;
             if (kt > q_pos) continue;  // the whole tile is in this row's future
+            const int q_lo = window > 0 ? q_pos - window + 1 : 0;  // first key this row sees
+            if (kt + BLOCK_N <= q_lo) continue;  // the whole tile is before this row's window
 
             float s = 0.0f;
 #pragma unroll 8
             for (int d = 0; d < HEAD_DIM; ++d) s += q_s[r * HEAD_DIM + d] * k_s[lane * K_STRIDE + d];
-            if (kt + lane > q_pos) s = neg_inf();
-            // Key kt <= q_pos is visible, so the tile max and new_max are finite.
+            if (kt + lane > q_pos || kt + lane < q_lo) s = neg_inf();
+            // Key max(kt, q_lo) <= q_pos is visible, so the tile max and new_max are finite.
             const float new_max = fmaxf(row_max[i], warp_max(s));
             const float p = expf(s - new_max);
             const float alpha = expf(row_max[i] - new_max);  // 0 on the first tile

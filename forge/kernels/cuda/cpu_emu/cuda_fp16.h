@@ -1,0 +1,3 @@
+// Stand-in for CUDA's <cuda_fp16.h> on the CPU: everything is in cuda_cpu.h.
+#pragma once
+#include "cuda_cpu.h"
