@@ -39,7 +39,8 @@ def main() -> None:
     lines = [
         "# Control plane: scheduler + KV bookkeeping per decode step",
         "",
-        "Command: `python -m benchmarks.control_plane_report` (runs `python -m pytest benchmarks/suites --benchmark-enable`)",
+        "Command: `python -m benchmarks.control_plane_report`"
+        " (runs `python -m pytest benchmarks/suites --benchmark-enable`)",
         f"Machine: {machine()}; load average at start {load}",
         f"Commit: {commit()}",
         "",
