@@ -22,6 +22,8 @@ from forge.models.safetensors_loader import load_safetensors
 
 FAMILIES = [
     FamilySpec("qwen3", {"head_dim": 24}),  # attention width 96 != hidden 64
+    FamilySpec("mistral", {"sliding_window": 16}),  # prompts and continuations run past the window
+    FamilySpec("qwen2", {"tie_word_embeddings": True}),  # QKV bias
 ]
 NEW_TOKENS = 40
 # 8-token blocks, a 16-token step budget (chunked prefill) and a pool that cannot hold every
