@@ -79,7 +79,8 @@ def write_checkpoint(directory: Path, spec: FamilySpec, seed: int = 0) -> Any:
     vocab_size = write_tokenizer(directory)
     settings = {**SIZES, "vocab_size": vocab_size, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
     config = transformers.AutoConfig.for_model(spec.model_type, **{**settings, **spec.settings})
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # eager experts: the grouped-matmul ones do not run in float64
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, experts_implementation="eager")
     redraw_weights(model, seed)
     model.save_pretrained(str(directory))
     return model.to(torch.float64).eval()

@@ -4,6 +4,7 @@ engine with paged KV, chunked prefill and preemption (windowed families past the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,16 @@ from forge.config import compose_config
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
-from forge.models.base import Model
+from forge.models.base import Model, ModelDims
+from forge.models.presets import model_dims
 from forge.models.safetensors_loader import load_safetensors
+from forge.sim.clock import BatchShape, RooflineCostModel, hardware_preset
 
 FAMILIES = [
     FamilySpec("qwen3", {"head_dim": 24}),  # attention width 96 != hidden 64
     FamilySpec("mistral", {"sliding_window": 16}),  # prompts and continuations run past the window
     FamilySpec("qwen2", {"tie_word_embeddings": True}),  # QKV bias
+    FamilySpec("mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 24}),
 ]
 NEW_TOKENS = 40
 # 8-token blocks, a 16-token step budget (chunked prefill) and a pool that cannot hold every
@@ -74,3 +78,25 @@ def test_greedy_through_engine_matches_transformers(checkpoint: tuple[Path, Any]
                 torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
             )
         assert list(finals[f"r{i}"].token_ids) == out[0, len(ids) :].tolist(), f"prompt {i}"
+
+
+def test_dims_count_every_weight(checkpoint: tuple[Path, Any]) -> None:
+    """``ModelDims.num_params``: the reference's weight matrices (every expert's), norms and biases aside."""
+    directory, reference = checkpoint
+    model = load_safetensors(str(directory))
+    weights = sum(p.numel() for p in reference.parameters() if p.dim() >= 2)
+    tied = model.config.tie_word_embeddings
+    assert model.dims.num_params == weights + (model.vocab_size * model.config.hidden_size if tied else 0)
+    assert model.dims == ModelDims.of(model.config, bytes_per_param=4)
+
+
+def test_simulated_clock_charges_active_experts_only() -> None:
+    dims = model_dims("mixtral-8x7b")
+    assert round(dims.num_params / 1e9, 1) == 46.7 and round(dims.active_params / 1e9, 1) == 12.9
+    hw = hardware_preset("a100")
+    sparse = RooflineCostModel(dims, hw)
+    dense = RooflineCostModel(dataclasses.replace(dims, experts_per_token=dims.num_experts), hw)
+    prefill = BatchShape([4096], [4096], 1)  # compute-bound: the active experts' FLOPs
+    decode = BatchShape([1], [512], 1)  # memory-bound: every expert's weights are read
+    assert sparse.step_time(prefill) < 0.4 * dense.step_time(prefill)
+    assert sparse.step_time(decode) == pytest.approx(dense.step_time(decode))
