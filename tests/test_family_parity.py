@@ -5,12 +5,14 @@ engine with paged KV, chunked prefill and preemption (windowed families past the
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from family_fixtures import FamilySpec, write_checkpoint
+from family_fixtures import SIZES, FamilySpec, write_checkpoint
 from forward_helpers import prefill_logits
 from gguf_fixtures import CORPUS
 
@@ -20,7 +22,7 @@ from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
 from forge.models.base import Model, ModelDims
 from forge.models.presets import model_dims
-from forge.models.safetensors_loader import load_safetensors
+from forge.models.safetensors_loader import CheckpointError, load_safetensors
 from forge.sim.clock import BatchShape, RooflineCostModel, hardware_preset
 
 FAMILIES = [
@@ -28,6 +30,7 @@ FAMILIES = [
     FamilySpec("mistral", {"sliding_window": 16}),  # prompts and continuations run past the window
     FamilySpec("qwen2", {"tie_word_embeddings": True}),  # QKV bias
     FamilySpec("mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 24}),
+    FamilySpec("phi3", {"sliding_window": 20}),  # fused qkv_proj and gate_up_proj
 ]
 NEW_TOKENS = 40
 # 8-token blocks, a 16-token step budget (chunked prefill) and a pool that cannot hold every
@@ -100,3 +103,25 @@ def test_simulated_clock_charges_active_experts_only() -> None:
     decode = BatchShape([1], [512], 1)  # memory-bound: every expert's weights are read
     assert sparse.step_time(prefill) < 0.4 * dense.step_time(prefill)
     assert sparse.step_time(decode) == pytest.approx(dense.step_time(decode))
+
+
+REFUSED = [
+    ({"model_type": "gpt_bigcode"}, "model_type 'gpt_bigcode' is not supported"),
+    ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn'"),
+    (
+        {"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+        "rope scaling type 'longrope'",
+    ),
+    ({"model_type": "phi3", "partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
+    ({"model_type": "mistral", "hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ({"model_type": "mixtral", "num_local_experts": 2, "num_experts_per_tok": 3}, "num_experts_per_tok 3"),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), REFUSED, ids=[m for _, m in REFUSED])
+def test_unsupported_settings_fail_at_load_naming_them(tmp_path: Path, settings: dict[str, Any], message: str) -> None:
+    config = {**SIZES, "vocab_size": 400, **settings}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        load_safetensors(str(tmp_path))

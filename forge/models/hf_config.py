@@ -17,9 +17,13 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 def rope_settings(hf: dict[str, Any], directory: str) -> tuple[float, dict[str, Any] | None]:
     """``(rope_theta, rope_scaling)`` of ``config.json``; ``rope_scaling`` is None for plain RoPE.
-    A scaling type forge does not compute is a ``CheckpointError`` naming it."""
+    A scaling type forge does not compute, or rotary over part of each head, is a ``CheckpointError``
+    naming it."""
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    partial = float(rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
+    if partial != 1.0:
+        raise CheckpointError(f"{directory}: partial_rotary_factor {partial} is not supported")
     kind = rope.get("rope_type", rope.get("type"))
     if kind is not None and kind not in SUPPORTED_ROPE_TYPES:
         raise CheckpointError(

@@ -11,6 +11,7 @@ from forge.models.family import ModelRegistry
 from forge.models.gemma3 import GEMMA3
 from forge.models.llama import LLAMA
 from forge.models.mixtral import MIXTRAL
+from forge.models.phi3 import PHI3
 from forge.models.qwen3 import QWEN3
 
-MODEL_REGISTRY = ModelRegistry((LLAMA, GEMMA3, QWEN3, MIXTRAL))
+MODEL_REGISTRY = ModelRegistry((LLAMA, GEMMA3, QWEN3, MIXTRAL, PHI3))
