@@ -1,7 +1,7 @@
 """Small random checkpoints of each model family, made here with transformers: the architecture
 built from a config (each family's special features switched on), weights redrawn so activations
 stay O(1) and greedy tokens vary, saved as SafeTensors with a tokenizer.json (a byte-level BPE
-trained on ``gguf_fixtures.CORPUS``)."""
+trained on ``gguf_fixtures.CORPUS``); and the same weights as a GGUF written with ``gguf``'s writer."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gguf
+import numpy as np
 import pytest
 import torch
-from gguf_fixtures import SPECIAL, byte_level_vocab
+from gguf import GGMLQuantizationType
+from gguf_fixtures import SPECIAL, byte_level_vocab, permute_qk, permute_qk_inverse
+from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 SIZES: dict[str, Any] = {
@@ -84,3 +88,63 @@ def write_checkpoint(directory: Path, spec: FamilySpec, seed: int = 0) -> Any:
     redraw_weights(model, seed)
     model.save_pretrained(str(directory))
     return model.to(torch.float64).eval()
+
+
+# general.architecture llama.cpp's converter writes for each model_type (Mistral is written as llama)
+GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "phi3": "phi3", "llama": "llama"}
+
+
+def write_gguf(path: Path, directory: Path, qtype: GGMLQuantizationType) -> dict[str, torch.Tensor]:
+    """The checkpoint in ``directory`` as llama.cpp's converter lays it out (tensor names from
+    ``gguf``'s own name map, Q/K rows permuted for ``llama``), 2-D weights stored as ``qtype``; returns
+    the float32 state dict the file encodes, in Hugging Face naming and layout."""
+    hf = json.loads((directory / "config.json").read_text())
+    arch = GGUF_ARCH[hf["model_type"]]
+    layers, heads = hf["num_hidden_layers"], hf["num_attention_heads"]
+    kv_heads = hf["num_key_value_heads"]
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+    names = gguf.get_tensor_name_map(next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch), layers)
+    w = gguf.GGUFWriter(str(path), arch=arch)
+    w.add_block_count(layers)
+    w.add_context_length(hf["max_position_embeddings"])
+    w.add_embedding_length(hf["hidden_size"])
+    w.add_feed_forward_length(hf["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(float(hf.get("rope_parameters", {}).get("rope_theta", hf.get("rope_theta", 10000.0))))
+    w.add_layer_norm_rms_eps(hf["rms_norm_eps"])
+    if hf.get("sliding_window"):
+        w.add_sliding_window(hf["sliding_window"])
+    tokens, merges = byte_level_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIAL else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index("<|im_start|>"))
+    w.add_eos_token_id(tokens.index("<|im_end|>"))
+    w.add_add_bos_token(False)
+    encoded: dict[str, torch.Tensor] = {}
+    for name, tensor in sorted(load_file(str(directory / "model.safetensors")).items()):
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert target is not None, name
+        data = tensor.float().numpy()
+        permuted = arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight"))
+        n_head = heads if "q_proj" in name else kv_heads
+        stored = permute_qk(data, n_head) if permuted else data
+        if data.ndim == 2 and qtype != GGMLQuantizationType.F32:
+            raw = gguf.quants.quantize(stored, qtype)
+            w.add_tensor(target, raw, raw_shape=raw.shape, raw_dtype=qtype)
+            back = gguf.quants.dequantize(raw, qtype)
+            data = permute_qk_inverse(back, n_head) if permuted else back
+        else:
+            w.add_tensor(target, stored)
+        encoded[name] = torch.from_numpy(np.ascontiguousarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return encoded

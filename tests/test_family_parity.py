@@ -4,6 +4,7 @@ engine with paged KV, chunked prefill and preemption (windowed families past the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from family_fixtures import SIZES, FamilySpec, write_checkpoint
+from family_fixtures import GGUF_ARCH, SIZES, FamilySpec, write_checkpoint, write_gguf
 from forward_helpers import prefill_logits
+from gguf import GGMLQuantizationType
 from gguf_fixtures import CORPUS
 
 from forge.config import compose_config
@@ -21,6 +23,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
 from forge.models.base import Model, ModelDims
+from forge.models.gguf_loader import load_gguf
 from forge.models.presets import model_dims
 from forge.models.safetensors_loader import CheckpointError, load_safetensors
 from forge.sim.clock import BatchShape, RooflineCostModel, hardware_preset
@@ -125,3 +128,25 @@ def test_unsupported_settings_fail_at_load_naming_them(tmp_path: Path, settings:
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=re.escape(message)):
         load_safetensors(str(tmp_path))
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.F32, GGMLQuantizationType.Q8_0], ids=lambda q: q.name)
+def test_gguf_of_the_same_weights_matches_transformers(
+    checkpoint: tuple[Path, Any], qtype: GGMLQuantizationType, tmp_path: Path
+) -> None:
+    directory, reference = checkpoint
+    model_type = json.loads((directory / "config.json").read_text())["model_type"]
+    if model_type not in GGUF_ARCH:
+        pytest.skip(f"llama.cpp has no GGUF layout for {model_type} in forge")
+    encoded = write_gguf(tmp_path / "model.gguf", directory, qtype)
+    model = load_gguf(str(tmp_path / "model.gguf"))
+    from_hf = load_safetensors(str(directory))
+    eps = from_hf.config.rms_norm_eps  # GGUF stores it as float32
+    assert model.config.rms_norm_eps == pytest.approx(eps, rel=1e-6)
+    assert dataclasses.replace(model.config, rms_norm_eps=eps) == from_hf.config
+    quantized = copy.deepcopy(reference)  # transformers on the weights the file holds
+    assert quantized.load_state_dict({k: v.double() for k, v in encoded.items()}, strict=False).unexpected_keys == []
+    for ids in prompts(model):
+        with torch.no_grad():
+            expected = quantized(torch.tensor([ids])).logits[0].float()
+        torch.testing.assert_close(prefill_logits(model, ids), expected, rtol=0, atol=1e-4)
