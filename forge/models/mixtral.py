@@ -49,6 +49,8 @@ class MixtralLayer(DecoderLayer):
 
     LINEARS: ClassVar[tuple[str, ...]] = ("wqkv", "wo")
 
+    w_gate_up: torch.Tensor
+    w_down: torch.Tensor
     router: torch.Tensor  # [hidden, experts]
 
 
