@@ -46,7 +46,8 @@ class FamilySpec:
 def write_tokenizer(directory: Path) -> int:
     """tokenizer.json + tokenizer_config.json of a byte-level BPE; returns its vocabulary size."""
     tokens, merges = byte_level_vocab()
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[(a, b) for a, b in (m.split(" ") for m in merges)])
+    pairs = [(a, b) for a, b in (m.split(" ") for m in merges)]
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs)
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -36,8 +36,18 @@ class ModelDims:
         """From a model config that has these fields under the same names (``LlamaConfig``, ``Gemma3Config``;
         ``num_experts`` and ``experts_per_token`` only when it is a mixture of experts, ``MixtralConfig``)."""
         c = config
-        return cls(c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                   c.vocab_size, bytes_per_param, getattr(c, "num_experts", 1), getattr(c, "experts_per_token", 1))
+        return cls(
+            c.num_layers,
+            c.hidden_size,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim,
+            c.intermediate_size,
+            c.vocab_size,
+            bytes_per_param,
+            getattr(c, "num_experts", 1),
+            getattr(c, "experts_per_token", 1),
+        )
 
     @property
     def num_params(self) -> int:
