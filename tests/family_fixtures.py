@@ -37,10 +37,11 @@ class FamilySpec:
 
     model_type: str
     settings: dict[str, Any] = field(default_factory=dict)
+    label: str = ""
 
     @property
     def name(self) -> str:
-        return self.model_type
+        return self.label or self.model_type
 
 
 def write_tokenizer(directory: Path) -> int:

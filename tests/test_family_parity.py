@@ -28,12 +28,15 @@ from forge.models.presets import model_dims
 from forge.models.safetensors_loader import CheckpointError, load_safetensors
 from forge.sim.clock import BatchShape, RooflineCostModel, hardware_preset
 
+# head_dim 16: 8 frequencies; served up to original_max_position_embeddings with the short factors
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0, 1.0, 4.0, 1.2, 2.5], "long_factor": [8.0] * 8}
 FAMILIES = [
     FamilySpec("qwen3", {"head_dim": 24}),  # attention width 96 != hidden 64
     FamilySpec("mistral", {"sliding_window": 16}),  # prompts and continuations run past the window
     FamilySpec("qwen2", {"tie_word_embeddings": True}),  # QKV bias
     FamilySpec("mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 24}),
     FamilySpec("phi3", {"sliding_window": 20}),  # fused qkv_proj and gate_up_proj
+    FamilySpec("phi3", {"rope_scaling": LONGROPE, "original_max_position_embeddings": 128}, label="phi3-longrope"),
 ]
 NEW_TOKENS = 40
 # 8-token blocks, a 16-token step budget (chunked prefill) and a pool that cannot hold every
@@ -73,6 +76,12 @@ def test_prefill_logits_match_transformers(checkpoint: tuple[Path, Any]) -> None
 def test_greedy_through_engine_matches_transformers(checkpoint: tuple[Path, Any]) -> None:
     directory, reference = checkpoint
     model = load_safetensors(str(directory), dtype="float64")
+    assert model.max_position == min(
+        json.loads((directory / "config.json").read_text()).get(
+            "original_max_position_embeddings", SIZES["max_position_embeddings"]
+        ),
+        SIZES["max_position_embeddings"],
+    )
     engine = build_engine(compose_config(ENGINE), model=model)
     batch = prompts(model)
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
@@ -111,10 +120,8 @@ def test_simulated_clock_charges_active_experts_only() -> None:
 REFUSED = [
     ({"model_type": "gpt_bigcode"}, "model_type 'gpt_bigcode' is not supported"),
     ({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn'"),
-    (
-        {"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
-        "rope scaling type 'longrope'",
-    ),
+    ({"model_type": "llama", "rope_scaling": {**LONGROPE, "original_max_position_embeddings": 64}}, "'longrope'"),
+    ({"model_type": "phi3", "rope_scaling": {"type": "su", "long_factor": [1.0]}}, "longrope needs"),
     ({"model_type": "phi3", "partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5"),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16}, "use_sliding_window"),
     ({"model_type": "mistral", "hidden_act": "gelu"}, "hidden_act 'gelu'"),
@@ -135,9 +142,11 @@ def test_gguf_of_the_same_weights_matches_transformers(
     checkpoint: tuple[Path, Any], qtype: GGMLQuantizationType, tmp_path: Path
 ) -> None:
     directory, reference = checkpoint
-    model_type = json.loads((directory / "config.json").read_text())["model_type"]
-    if model_type not in GGUF_ARCH:
-        pytest.skip(f"llama.cpp has no GGUF layout for {model_type} in forge")
+    hf = json.loads((directory / "config.json").read_text())
+    if hf["model_type"] not in GGUF_ARCH:
+        pytest.skip(f"llama.cpp has no GGUF layout for {hf['model_type']} in forge")
+    if hf.get("rope_parameters", {}).get("rope_type") == "longrope":
+        pytest.skip("forge reads no LongRoPE factor tensors (rope_factors_short/long) from GGUF")
     encoded = write_gguf(tmp_path / "model.gguf", directory, qtype)
     model = load_gguf(str(tmp_path / "model.gguf"))
     from_hf = load_safetensors(str(directory))

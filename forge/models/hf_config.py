@@ -15,20 +15,21 @@ from forge.models.family import CheckpointError
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
-def rope_settings(hf: dict[str, Any], directory: str) -> tuple[float, dict[str, Any] | None]:
+def rope_settings(
+    hf: dict[str, Any], directory: str, also: tuple[str, ...] = ()
+) -> tuple[float, dict[str, Any] | None]:
     """``(rope_theta, rope_scaling)`` of ``config.json``; ``rope_scaling`` is None for plain RoPE.
     A scaling type forge does not compute, or rotary over part of each head, is a ``CheckpointError``
-    naming it."""
+    naming it; ``also`` names further types the caller converts itself (it gets them as they are)."""
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
     partial = float(rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
     if partial != 1.0:
         raise CheckpointError(f"{directory}: partial_rotary_factor {partial} is not supported")
     kind = rope.get("rope_type", rope.get("type"))
-    if kind is not None and kind not in SUPPORTED_ROPE_TYPES:
-        raise CheckpointError(
-            f"{directory}: rope scaling type {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
-        )
+    if kind is not None and kind not in (*SUPPORTED_ROPE_TYPES, *also):
+        supported = ", ".join((*SUPPORTED_ROPE_TYPES, *also))
+        raise CheckpointError(f"{directory}: rope scaling type {kind!r} is not supported (supported: {supported})")
     return theta, (None if kind in (None, "default") else rope)
 
 
@@ -39,11 +40,13 @@ def require_silu(hf: dict[str, Any], directory: str) -> None:
         raise CheckpointError(f"{directory}: hidden_act {act!r} is not supported (supported: silu)")
 
 
-def decoder_fields(hf: dict[str, Any], directory: str, max_position: int | None) -> dict[str, Any]:
+def decoder_fields(
+    hf: dict[str, Any], directory: str, max_position: int | None, rope_types: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The fields every family's config shares (``LlamaConfig``'s names), from ``config.json``;
-    ``max_position`` caps the context length."""
+    ``max_position`` caps the context length; ``rope_types``: as ``rope_settings``' ``also``."""
     require_silu(hf, directory)
-    theta, scaling = rope_settings(hf, directory)
+    theta, scaling = rope_settings(hf, directory, rope_types)
     heads = int(hf["num_attention_heads"])
     context = int(hf.get("max_position_embeddings", 2048))
     return {

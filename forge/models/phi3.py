@@ -3,19 +3,23 @@ q|k|v, ``gate_up_proj`` is gate|up, as forge's skeleton keeps them anyway) and a
 window on every layer, as transformers' ``Phi3ForCausalLM`` computes it.
 
 The family is a ``Llama``: ``from_state_dict`` splits the fused checkpoint tensors into Llama's
-names. Phi-3's LongRoPE (``rope_scaling`` type ``longrope`` / ``su``: per-frequency factors that
-switch with the sequence length, and a cos/sin scale) is not computed: such a config is refused at
-load with the type named, like any other unknown scaling. ``PHI3`` tells the loaders how ``phi3``
+names. LongRoPE (``rope_scaling`` type ``longrope``, or ``su`` in older configs) divides each rotary
+frequency by a factor and scales cos/sin by an attention factor; transformers switches from the
+``short_factor`` list to the ``long_factor`` one once the longest sequence *in the batch* passes
+``original_max_position_embeddings``, which would make a request's output depend on its batch
+neighbours. forge serves such a model up to ``original_max_position_embeddings`` (its context is
+capped there) with the short factors, where both agree. ``PHI3`` tells the loaders how ``phi3``
 directories and GGUF files (``attn_qkv``, and ``ffn_up`` holding gate|up) give its config and tensors.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from forge.models.family import GGUFFormat, HFFormat, ModelFamily
+from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
 from forge.models.hf_config import decoder_fields, sliding_window
 from forge.models.llama import Llama, LlamaConfig, config_from_gguf
 from forge.tokenizers.base import Tokenizer
@@ -53,9 +57,31 @@ def from_state_dict(
     return Llama.from_state_dict(config, split_fused(config, state), tokenizer, dtype, device)
 
 
+LONGROPE_TYPES = ("longrope", "su")
+
+
 def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> LlamaConfig:
-    """The config of a ``phi3`` ``config.json`` (LongRoPE refused by ``decoder_fields``)."""
-    return LlamaConfig(**decoder_fields(hf, directory, max_position), sliding_window=sliding_window(hf, directory))
+    """The config of a ``phi3`` ``config.json`` (LongRoPE as the module doc says)."""
+    fields = decoder_fields(hf, directory, max_position, rope_types=LONGROPE_TYPES)
+    rope = fields["rope_scaling"]
+    if rope is not None and rope.get("rope_type", rope.get("type")) in LONGROPE_TYPES:
+        fields["rope_scaling"], original = short_longrope(rope, hf, directory)
+        fields["max_position"] = min(fields["max_position"], original)
+    return LlamaConfig(**fields, sliding_window=sliding_window(hf, directory))
+
+
+def short_longrope(rope: dict[str, Any], hf: dict[str, Any], directory: str) -> tuple[dict[str, Any], int]:
+    """LongRoPE's regime up to ``original_max_position_embeddings`` as forge's ``freq_factors``
+    scaling (``short_factor`` divisors, transformers' attention factor), and that length."""
+    original = int(rope.get("original_max_position_embeddings") or hf.get("original_max_position_embeddings") or 0)
+    if original < 1 or not rope.get("short_factor"):
+        raise CheckpointError(f"{directory}: longrope needs original_max_position_embeddings and short_factor")
+    factor = float(rope.get("factor") or int(hf.get("max_position_embeddings", original)) / original)
+    attention = rope.get("attention_factor")
+    if attention is None:
+        attention = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1.0 else 1.0
+    scaling = {"rope_type": "freq_factors", "factors": list(rope["short_factor"]), "attention_factor": float(attention)}
+    return scaling, original
 
 
 GGUF_LAYER_NAMES = {
