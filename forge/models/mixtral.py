@@ -100,8 +100,11 @@ class Mixtral(DecoderModel[MixtralConfig, MixtralLayer]):
                 hidden = backend.silu_mul(backend.linear(rows[start : start + count], layer.w_gate_up[expert]))
                 outputs.append(backend.linear(hidden, layer.w_down[expert]))
             start += count
+        out = torch.zeros_like(x)
+        if not outputs:  # no rows
+            return out
         weighted = torch.cat(outputs) * weights.flatten()[order, None]
-        return torch.zeros_like(x).index_add_(0, tokens, weighted.to(x.dtype))
+        return out.index_add_(0, tokens, weighted.to(x.dtype))
 
 
 def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> MixtralConfig:
