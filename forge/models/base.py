@@ -15,7 +15,10 @@ from forge.tokenizers.base import Tokenizer
 
 @dataclass(frozen=True)
 class ModelDims:
-    """What a cost model needs to know about a transformer."""
+    """What a cost model needs to know about a transformer. A mixture-of-experts model has
+    ``num_experts`` MLPs per layer (each ``intermediate_size`` wide) of which every token runs
+    ``experts_per_token``: ``num_params`` counts them all (what memory holds and a step reads),
+    ``active_params`` only those a token computes with."""
 
     num_layers: int
     hidden_size: int
@@ -25,19 +28,41 @@ class ModelDims:
     intermediate_size: int
     vocab_size: int
     bytes_per_param: float = 2.0
+    num_experts: int = 1
+    experts_per_token: int = 1
 
     @classmethod
     def of(cls, config: Any, bytes_per_param: float) -> ModelDims:
-        """From a model config that has these fields under the same names (``LlamaConfig``, ``Gemma3Config``)."""
+        """From a model config that has these fields under the same names (``LlamaConfig``, ``Gemma3Config``;
+        ``num_experts`` and ``experts_per_token`` only when it is a mixture of experts, ``MixtralConfig``)."""
         c = config
-        return cls(c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                   c.vocab_size, bytes_per_param)
+        return cls(
+            c.num_layers,
+            c.hidden_size,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim,
+            c.intermediate_size,
+            c.vocab_size,
+            bytes_per_param,
+            getattr(c, "num_experts", 1),
+            getattr(c, "experts_per_token", 1),
+        )
 
     @property
     def num_params(self) -> int:
+        return self._params(self.num_experts)
+
+    @property
+    def active_params(self) -> int:
+        """The parameters one token computes with: ``num_params`` with only ``experts_per_token`` experts."""
+        return self._params(self.experts_per_token)
+
+    def _params(self, experts: int) -> int:
         attn = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        return self.num_layers * (attn + mlp) + 2 * self.vocab_size * self.hidden_size
+        mlp = 3 * self.hidden_size * self.intermediate_size * experts
+        router = self.hidden_size * self.num_experts if self.num_experts > 1 else 0
+        return self.num_layers * (attn + mlp + router) + 2 * self.vocab_size * self.hidden_size
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,12 @@ def rope_inv_freq(config: RopeParams) -> torch.Tensor:
 
 
 def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[max_position, head_dim]``: cos of each frequency, then sin."""
+    """``[max_position, head_dim]``: cos of each frequency, then sin; both times the scaling's
+    ``attention_factor`` when it has one (LongRoPE's)."""
     t = torch.arange(config.max_position, dtype=torch.float64)
     freqs = torch.outer(t, rope_inv_freq(config))
-    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype=dtype, device=device)
+    factor = float((config.rope_scaling or {}).get("attention_factor", 1.0))
+    return (torch.cat((freqs.cos(), freqs.sin()), dim=-1) * factor).to(dtype=dtype, device=device)
 
 
 @dataclass

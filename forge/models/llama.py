@@ -1,5 +1,5 @@
-"""The Llama family (Llama 2/3, TinyLlama, SmolLM2, Mistral without sliding window, Qwen2-style QKV
-bias) over a paged KV cache: the decoder skeleton (``forge.models.decoder``) as it is.
+"""The Llama family (Llama 2/3, TinyLlama, SmolLM2, Mistral with its sliding window, Qwen2/2.5 with
+their QKV bias) over a paged KV cache: the decoder skeleton (``forge.models.decoder``) as it is.
 
 Weights arrive in Hugging Face naming (``model.layers.0.self_attn.q_proj.weight``...) from
 any loader; ``Llama.from_state_dict`` fuses QKV and gate/up and stores every linear weight
@@ -18,9 +18,10 @@ import torch
 
 from forge.kernels.base import KernelBackend
 from forge.models.decoder import DecoderLayer, DecoderModel, TensorReader, apply_linear
-from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
+from forge.models.family import GGUFFormat, HFFormat, ModelFamily
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_metadata import LINEAR_NAMES, context_length, metadata_key, rope_scaling, unpermute_qk
+from forge.models.hf_config import decoder_fields, sliding_window
 from forge.tokenizers.base import ByteTokenizer, Tokenizer
 
 
@@ -39,12 +40,15 @@ class LlamaConfig:
     max_position: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    sliding_window: int | None = None  # Mistral: each position attends to its last ``sliding_window``
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1, got {self.sliding_window}")
 
 
 @dataclass
@@ -52,8 +56,37 @@ class LlamaLayer(DecoderLayer):
     bqkv: torch.Tensor | None = None
 
 
+def attention_tensors(r: TensorReader, prefix: str) -> dict[str, torch.Tensor]:
+    """A Llama-style layer's norms and attention weights (``prefix``: ``model.layers.N.``), under
+    ``DecoderLayer``'s field names."""
+    return {
+        "attn_norm": r.get(prefix + "input_layernorm.weight"),
+        "wqkv": r.fused(*(prefix + f"self_attn.{n}_proj.weight" for n in "qkv")),
+        "wo": r.linear(prefix + "self_attn.o_proj.weight"),
+        "mlp_norm": r.get(prefix + "post_attention_layernorm.weight"),
+    }
+
+
+def mlp_tensors(r: TensorReader, prefix: str) -> dict[str, torch.Tensor]:
+    """A Llama-style layer's gated MLP weights (``prefix``: ``model.layers.N.``)."""
+    return {
+        "w_gate_up": r.fused(prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight"),
+        "w_down": r.linear(prefix + "mlp.down_proj.weight"),
+    }
+
+
+def outer_tensors(r: TensorReader, tie_word_embeddings: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(embeddings, final norm, LM head [in, out])``; the embeddings serve as LM head when tied or
+    when the checkpoint has no ``lm_head.weight``."""
+    head_name = "model.embed_tokens.weight" if tie_word_embeddings else "lm_head.weight"
+    if head_name not in r.state:
+        head_name = "model.embed_tokens.weight"
+    return r.get("model.embed_tokens.weight"), r.get("model.norm.weight"), r.linear(head_name)
+
+
 class Llama(DecoderModel[LlamaConfig, LlamaLayer]):
-    """The decoder skeleton as it is (``forge.models.decoder``), plus an optional QKV bias."""
+    """The decoder skeleton as it is (``forge.models.decoder``), plus an optional QKV bias and
+    Mistral's sliding window (every layer)."""
 
     @classmethod
     def from_state_dict(
@@ -72,26 +105,15 @@ class Llama(DecoderModel[LlamaConfig, LlamaLayer]):
             bqkv = None
             if config.attention_bias:
                 bqkv = torch.cat([r.get(p + f"self_attn.{n}_proj.bias") for n in "qkv"])
-            layers.append(
-                LlamaLayer(
-                    attn_norm=r.get(p + "input_layernorm.weight"),
-                    wqkv=r.fused(*(p + f"self_attn.{n}_proj.weight" for n in "qkv")),
-                    wo=r.linear(p + "self_attn.o_proj.weight"),
-                    mlp_norm=r.get(p + "post_attention_layernorm.weight"),
-                    w_gate_up=r.fused(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-                    w_down=r.linear(p + "mlp.down_proj.weight"),
-                    bqkv=bqkv,
-                )
-            )
-        embed = r.get("model.embed_tokens.weight")
-        head_name = "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
-        if head_name not in state:
-            head_name = "model.embed_tokens.weight"
-        return cls(config, layers, embed, r.get("model.norm.weight"), r.linear(head_name), tokenizer)
+            layers.append(LlamaLayer(**attention_tensors(r, p), **mlp_tensors(r, p), bqkv=bqkv))
+        return cls(config, layers, *outer_tensors(r, config.tie_word_embeddings), tokenizer)
 
     def qkv(self, layer: LlamaLayer, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
         qkv = apply_linear(backend, x, layer.wqkv)
         return qkv if layer.bqkv is None else qkv + layer.bqkv
+
+    def attention_window(self, index: int, layer: LlamaLayer) -> int | None:
+        return self.config.sliding_window
 
 
 def random_state_dict(config: LlamaConfig, seed: int) -> dict[str, torch.Tensor]:
@@ -183,7 +205,14 @@ def config_from_gguf(gguf: GGUFFile, arch: str, max_position: int | None = None)
         max_position=context_length(gguf, arch, 4096, max_position),
         tie_word_embeddings="output.weight" not in gguf.tensors,
         attention_bias="blk.0.attn_q.bias" in gguf.tensors,
+        sliding_window=sliding_window_of(gguf, arch),
     )
+
+
+def sliding_window_of(gguf: GGUFFile, arch: str) -> int | None:
+    """``<arch>.attention.sliding_window`` (a Mistral written as ``llama``), None when absent or 0."""
+    window = int(metadata_key(gguf, arch)("attention.sliding_window", 0))
+    return window or None
 
 
 GGUF_LAYER_NAMES = {
@@ -208,32 +237,13 @@ def tensor_from_gguf(name: str, tensor: torch.Tensor, config: LlamaConfig, arch:
 
 
 def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> LlamaConfig:
-    """``LlamaConfig`` from a ``config.json`` dict (transformers v4 and v5 spellings)."""
+    """``LlamaConfig`` from a ``config.json`` dict (``llama``, ``mistral`` with its sliding window,
+    ``qwen2`` with its QKV bias; transformers v4 and v5 spellings)."""
     model_type = hf.get("model_type")
-    if model_type == "mistral" and hf.get("sliding_window"):
-        window, context = hf["sliding_window"], hf.get("max_position_embeddings", 0)
-        if window < context:
-            raise CheckpointError(f"{directory}: sliding-window attention ({window}) is not supported")
-    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-    theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
-    if rope.get("rope_type", rope.get("type")) in (None, "default"):
-        rope = {}
-    heads = int(hf["num_attention_heads"])
-    context = int(hf.get("max_position_embeddings", 2048))
     return LlamaConfig(
-        vocab_size=int(hf["vocab_size"]),
-        hidden_size=int(hf["hidden_size"]),
-        intermediate_size=int(hf["intermediate_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or 0),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-        rope_theta=theta,
-        rope_scaling=rope or None,
-        max_position=min(context, max_position) if max_position else context,
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        **decoder_fields(hf, directory, max_position),
         attention_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        sliding_window=sliding_window(hf, directory),
     )
 
 

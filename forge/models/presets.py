@@ -13,6 +13,8 @@ MODEL_PRESETS: dict[str, ModelDims] = {
     "mistral-7b": ModelDims(32, 4096, 32, 8, 128, 14336, 32000),
     "smollm2-135m": ModelDims(30, 576, 9, 3, 64, 1536, 49152),
     "tinyllama-1.1b": ModelDims(22, 2048, 32, 4, 64, 5632, 32000),
+    # 8 experts, 2 per token: 46.7B parameters held, 12.9B computed with per token
+    "mixtral-8x7b": ModelDims(32, 4096, 32, 8, 128, 14336, 32000, num_experts=8, experts_per_token=2),
 }
 
 

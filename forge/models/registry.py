@@ -10,5 +10,8 @@ from __future__ import annotations
 from forge.models.family import ModelRegistry
 from forge.models.gemma3 import GEMMA3
 from forge.models.llama import LLAMA
+from forge.models.mixtral import MIXTRAL
+from forge.models.phi3 import PHI3
+from forge.models.qwen3 import QWEN3
 
-MODEL_REGISTRY = ModelRegistry((LLAMA, GEMMA3))
+MODEL_REGISTRY = ModelRegistry((LLAMA, GEMMA3, QWEN3, MIXTRAL, PHI3))

@@ -100,7 +100,7 @@ class RooflineCostModel(CostModel):
         self.hw = hw
         d = dims
         head = d.vocab_size * d.hidden_size
-        self.linear_params = d.num_params - 2 * head
+        self.linear_params = d.active_params - 2 * head  # a mixture of experts computes with its active ones
         self.head_params = head
         self.attn_flops_per_pair = 4 * d.num_layers * d.num_heads * d.head_dim
         self.kv_bytes_per_token = 2 * d.num_layers * d.num_kv_heads * d.head_dim * d.bytes_per_param
