@@ -67,7 +67,7 @@ def test_tensor_parallel_divides_the_work_and_adds_all_reduces() -> None:
     ("overrides", "setting"),
     [
         (["clock.tensor_parallel=-1"], "clock.tensor_parallel"),
-        (["clock.tensor_parallel=2"], "clock.tensor_parallel"),  # the roofline models one GPU
+        (["clock.cost=roofline", "clock.tensor_parallel=2"], "clock.tensor_parallel"),  # one GPU
         (["clock.cost=operators", "clock.tensor_parallel=3"], "clock.tensor_parallel=3"),
         (["clock.cost=bogus"], "clock.cost"),
         (["clock.cost=operators", "clock.hardware=cpu"], "clock.hardware='cpu'"),

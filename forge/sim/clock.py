@@ -321,8 +321,9 @@ class SimulatedClock(PredictedClock):
     """A cost model of ``model`` on ``hardware``. ``model``: a preset name from
     ``forge.models.presets``, or ``auto`` for the running model's own dimensions.
 
-    ``cost``: ``roofline`` (``RooflineCostModel``) or ``operators`` (``forge.sim.operators``: per-operator
-    times from ``conf/hardware/<hardware>.yaml``). ``profile_dir``: a directory of Vidur operator
+    ``cost``: ``operators`` (``forge.sim.operators``: per-operator times from
+    ``conf/hardware/<hardware>.yaml``; the default: closest to Vidur, reports/fidelity) or ``roofline``
+    (``RooflineCostModel``; the only one for ``hardware=cpu``). ``profile_dir``: a directory of Vidur operator
     profiles (``forge.sim.vidur_profile``), used instead of ``cost`` when set. ``tensor_parallel``: GPUs
     the model is split over (operators and Vidur profiles; the roofline models one GPU)."""
 
@@ -331,7 +332,7 @@ class SimulatedClock(PredictedClock):
         hardware: str = "h100",
         model: str = "auto",
         cost_model: CostModel | None = None,
-        cost: str = "roofline",
+        cost: str = "operators",
         tensor_parallel: int = 1,
         profile_dir: str | None = None,
     ) -> None:
