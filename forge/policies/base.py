@@ -46,11 +46,18 @@ class Policy(ABC):
     - ``waiting_first``: give waiting requests the budget before running ones.
     - ``token_budget(engine_budget)``: tokens one step may schedule (default: the engine's
       ``max_num_batched_tokens``); a policy may cap it (Sarathi's chunk size).
+    - ``prefill_only_steps``: a step that admits a waiting request (with ``waiting_first``) gives
+      running requests no budget, so a step is prefill-only or decode-only (vLLM V0).
+    - ``admission_watermark``: fraction of the KV cache's blocks an admission must leave free
+      (a request is admitted only if, after its blocks are allocated, at least
+      ``admission_watermark * num_blocks`` remain free); running requests may use them.
     - ``bind(ctx)``: called once by the scheduler with a ``PolicyContext``.
     """
 
     waiting_first: bool = False
     rekey_each_step: bool = False
+    prefill_only_steps: bool = False
+    admission_watermark: float = 0.0
     ctx: PolicyContext = PolicyContext()
 
     def bind(self, ctx: PolicyContext) -> None:

@@ -108,11 +108,17 @@ class Scheduler:
         step = StepRows()
         if self.policy.rekey_each_step and len(self.waiting):
             self.waiting.rekey()
+        admitted = False
         if self.policy.waiting_first:
             budget = self._swap_in(budget, step)
             if not self.swapped:
+                before = budget
                 budget = self._admit(budget, step)
-        budget, preempted = self._schedule_running(budget, step)
+                admitted = budget != before
+        if admitted and self.policy.prefill_only_steps:
+            preempted: list[Request] = []
+        else:
+            budget, preempted = self._schedule_running(budget, step)
         if not preempted and not self.policy.waiting_first:
             budget = self._swap_in(budget, step)
             if not self.swapped:
@@ -194,6 +200,9 @@ class Scheduler:
                 return n, preempted
 
     def _admit(self, budget: int, step: StepRows) -> int:
+        """Admit waiting requests in queue order while budget, ``max_num_seqs`` and the KV cache (less
+        the policy's ``admission_watermark`` of free blocks) allow; returns the budget left."""
+        reserve = self.policy.admission_watermark * self.kv.num_blocks
         while budget > 0 and len(self.running) < self.limits.max_num_seqs:
             request = self.waiting.peek()
             if request is None:
@@ -204,7 +213,7 @@ class Scheduler:
             if gap > budget and not self.limits.enable_chunked_prefill:
                 break
             n = min(gap, budget)
-            if not self._allocate(request, n, request.num_tokens):
+            if not self._allocate(request, n, request.num_tokens) or self.kv.num_free_blocks() < reserve:
                 if not self.running and step.is_empty:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "

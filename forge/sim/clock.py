@@ -314,20 +314,64 @@ class PredictedClock(Clock):
         self._now += self.cost_model.step_time_of(sched)
 
 
-class SimulatedClock(PredictedClock):
-    """A roofline cost model on ``hardware``. ``model``: a preset name from ``forge.models.presets``,
-    or ``auto`` for the running model's own dimensions."""
+COST_MODELS = ("roofline", "operators")
 
-    def __init__(self, hardware: str = "h100", model: str = "auto", cost_model: CostModel | None = None) -> None:
+
+class SimulatedClock(PredictedClock):
+    """A cost model of ``model`` on ``hardware``. ``model``: a preset name from
+    ``forge.models.presets``, or ``auto`` for the running model's own dimensions.
+
+    ``cost``: ``operators`` (``forge.sim.operators``: per-operator times from
+    ``conf/hardware/<hardware>.yaml``; the default: closest to Vidur, reports/fidelity) or ``roofline``
+    (``RooflineCostModel``; the only one for ``hardware=cpu``). ``profile_dir``: a directory of Vidur operator
+    profiles (``forge.sim.vidur_profile``), used instead of ``cost`` when set. ``tensor_parallel``: GPUs
+    the model is split over (operators and Vidur profiles; the roofline models one GPU)."""
+
+    def __init__(
+        self,
+        hardware: str = "h100",
+        model: str = "auto",
+        cost_model: CostModel | None = None,
+        cost: str = "operators",
+        tensor_parallel: int = 1,
+        profile_dir: str | None = None,
+    ) -> None:
         super().__init__()
         self.hw = hardware_preset(hardware)
+        if cost not in COST_MODELS:
+            raise ValueError(f"unknown clock.cost {cost!r}; known: {list(COST_MODELS)}")
+        if not isinstance(tensor_parallel, int) or tensor_parallel < 1:
+            raise ValueError(f"clock.tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
+        if tensor_parallel > 1 and cost == "roofline" and profile_dir is None and cost_model is None:
+            raise ValueError("clock.tensor_parallel > 1 needs clock.cost=operators or clock.profile_dir")
+        self.hardware, self.cost, self.tensor_parallel, self.profile_dir = hardware, cost, tensor_parallel, profile_dir
         self._preset = model
         self._cost = cost_model
         self._dims: ModelDims | None = None
+        if profile_dir is not None and cost_model is None:
+            from forge.sim.vidur_profile import check_profile_dir
+
+            check_profile_dir(profile_dir, hardware, model)
+        elif cost == "operators" and cost_model is None:
+            from forge.sim.operators import OperatorConstants
+
+            OperatorConstants.load(hardware)  # an unknown GPU fails here, at build time
 
     def bind(self, model: ModelDims) -> None:
         self._dims = model if self._preset == "auto" else model_dims(self._preset)
-        if self._cost is None:
+        if self._cost is not None:
+            return
+        if self.profile_dir is not None:
+            from forge.sim.vidur_profile import VidurProfileCostModel
+
+            self._cost = VidurProfileCostModel.load(
+                self.profile_dir, self.hardware, self._preset, self._dims, self.tensor_parallel
+            )
+        elif self.cost == "operators":
+            from forge.sim.operators import OperatorConstants, OperatorCostModel
+
+            self._cost = OperatorCostModel(self._dims, OperatorConstants.load(self.hardware), self.tensor_parallel)
+        else:
             self._cost = RooflineCostModel(self._dims, self.hw)
 
     @property

@@ -1,0 +1,125 @@
+"""The per-operator cost model (``clock.cost=operators``): a step's time is the sum, over the
+layers, of what each operator of a layer takes for the step's batch, plus the LM head, the
+embedding and the tensor-parallel all-reduces. Its constants per GPU are data:
+``conf/hardware/<clock.hardware>.yaml``, each documented with where it comes from."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from forge.models.base import ModelDims
+from forge.sim.step_sums import StepSums, SummedCostModel
+
+HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardware"
+
+
+@dataclass(frozen=True)
+class OperatorConstants:
+    """One GPU's figures (SI units: FLOP/s, B/s, s); ``conf/hardware/*.yaml`` says where each comes from."""
+
+    name: str
+    peak_flops: float
+    mem_bw: float
+    gemm_bw_efficiency: float
+    gemm_flops_efficiency: float
+    small_ops_floor_s: float
+    small_ops_per_token_s: float
+    decode_attn_bw_efficiency: float
+    decode_attn_half_context: float
+    prefill_attn_flops_efficiency: float
+    link_bw: float
+    link_latency_s: float
+    step_overhead_s: float = 0.0
+
+    @classmethod
+    def load(cls, hardware: str, directory: Path = HARDWARE_DIR) -> OperatorConstants:
+        path = directory / f"{hardware}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in directory.glob("*.yaml"))
+            raise ValueError(
+                f"clock.cost=operators has no constants for clock.hardware={hardware!r} (known: {known}; "
+                f"add conf/hardware/{hardware}.yaml, or use clock.cost=roofline)"
+            )
+        data = yaml.safe_load(path.read_text())
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(data) - {"step_overhead_s"})
+        unknown = sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError(f"{path}: missing {missing}, unknown {unknown}")
+        return cls(name=str(data.pop("name")), **{k: float(v) for k, v in data.items()})
+
+
+def all_reduce_time(num_bytes: float, tensor_parallel: int, link_bw: float, latency: float) -> float:
+    """A ring all-reduce of ``num_bytes`` over ``tensor_parallel`` GPUs: each sends and receives
+    2(N − 1)/N of the data over its link, after a fixed latency. 0 on one GPU."""
+    if tensor_parallel == 1:
+        return 0.0
+    return latency + 2 * (tensor_parallel - 1) / tensor_parallel * num_bytes / link_bw
+
+
+class OperatorCostModel(SummedCostModel):
+    """Per layer (every GPU of a ``tensor_parallel`` group holds 1/N of the weights and heads):
+
+    - GEMMs (qkv, o, gate+up, down): ``hypot(weight bytes / (bw · e_bw), FLOPs / (peak · e_flops))``,
+      a smooth knee from memory-bound (few tokens) to compute-bound (many);
+    - decode attention: the decodes' K/V bytes at the mean context c, read at
+      ``bw · e_attn · (1 − 2^(−c / c_half))`` (short contexts do too little work per thread block to
+      reach the bandwidth);
+    - prefill attention: causal (query, key) pairs at ``prefill_attn_flops_efficiency`` of peak. With
+      one efficiency this equals Vidur's lookup of several prompts as one of length sqrt(Σq²):
+      Σ q²/2 pairs either way;
+    - small operators (norms, RoPE, activation, residual add): a floor plus a cost per token;
+    - with N > 1, two all-reduces of the step's hidden states (after attention and after the MLP).
+
+    Plus, once per step: the LM head for the sampled rows (a GEMM like the others), reading the
+    new tokens' embeddings, and ``step_overhead_s``.
+    """
+
+    def __init__(self, dims: ModelDims, constants: OperatorConstants, tensor_parallel: int = 1) -> None:
+        if tensor_parallel < 1:
+            raise ValueError(f"clock.tensor_parallel must be >= 1, got {tensor_parallel}")
+        if dims.num_heads % tensor_parallel:
+            raise ValueError(
+                f"clock.tensor_parallel={tensor_parallel} does not divide the model's {dims.num_heads} heads"
+            )
+        self.dims, self.c, self.tp = dims, constants, tensor_parallel
+        d, c, n = dims, constants, tensor_parallel
+        bpp = d.bytes_per_param
+        layer_params = d.hidden_size * d.head_dim * (2 * d.num_heads + 2 * d.num_kv_heads)
+        layer_params += 3 * d.hidden_size * d.intermediate_size
+        self.gemm_mem_s = layer_params * bpp / n / (c.mem_bw * c.gemm_bw_efficiency)
+        self.gemm_flop_s = 2 * layer_params / n / (c.peak_flops * c.gemm_flops_efficiency)
+        head_params = d.vocab_size * d.hidden_size
+        self.head_mem_s = head_params * bpp / n / (c.mem_bw * c.gemm_bw_efficiency)
+        self.head_flop_s = 2 * head_params / n / (c.peak_flops * c.gemm_flops_efficiency)
+        self.embed_s = d.hidden_size * bpp / c.mem_bw
+        kv_heads = max(d.num_kv_heads // n, 1)
+        self.kv_bytes = 2 * kv_heads * d.head_dim * bpp  # per token of context, per layer
+        self.pair_flop_s = 4 * (d.num_heads // n) * d.head_dim / (c.peak_flops * c.prefill_attn_flops_efficiency)
+        self.hidden_bytes = d.hidden_size * bpp
+
+    def decode_attention_time(self, num_decodes: int, mean_context: float) -> float:
+        """One layer's decode attention for ``num_decodes`` requests at ``mean_context`` tokens."""
+        c = self.c
+        eff = c.decode_attn_bw_efficiency * (1.0 - 2.0 ** (-mean_context / c.decode_attn_half_context))
+        return num_decodes * mean_context * self.kv_bytes / (c.mem_bw * eff)
+
+    def layer_time(self, s: StepSums) -> float:
+        """One transformer layer's time for the step (all operators, all-reduces included)."""
+        c, n = self.c, s.tokens
+        t = math.hypot(self.gemm_mem_s, self.gemm_flop_s * n)
+        t += c.small_ops_floor_s + c.small_ops_per_token_s * n
+        if s.num_decodes:
+            t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
+        t += self.pair_flop_s * s.prefill_pairs
+        if self.tp > 1:
+            t += 2 * all_reduce_time(n * self.hidden_bytes, self.tp, c.link_bw, c.link_latency_s)
+        return t
+
+    def time_of(self, sums: StepSums) -> float:
+        head = math.hypot(self.head_mem_s, self.head_flop_s * sums.num_sampled) if sums.num_sampled else 0.0
+        return self.dims.num_layers * self.layer_time(sums) + head + self.embed_s * sums.tokens + self.c.step_overhead_s

@@ -1,0 +1,75 @@
+"""What the per-operator cost models read of one step: token counts and sums over its decode and
+prefill rows, from a ``SchedulerOutput`` (column-wise decodes summed at C speed) or a ``BatchShape``."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+
+from forge.core.outputs import SchedulerOutput
+from forge.sim.clock import BatchShape, CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class StepSums:
+    """A row of one new token is a decode (context ``s`` after the step); any other row is a prefill
+    chunk of ``q`` tokens ending at ``s``. ``prefill_pairs``: Σ q·(s − (q − 1)/2), the (query, key)
+    pairs of causal attention; ``prefill_query_sq``: Σ q²."""
+
+    tokens: int
+    num_decodes: int
+    decode_context: int
+    num_prefills: int
+    prefill_query_sq: int
+    prefill_pairs: float
+    num_sampled: int
+
+    @classmethod
+    def of_batch(cls, batch: BatchShape) -> StepSums:
+        dec = dec_ctx = pre = qsq = 0
+        pairs = 0.0
+        for q, s in zip(batch.query_lens, batch.seq_lens, strict=True):
+            if q == 1:
+                dec += 1
+                dec_ctx += s
+            else:
+                pre += 1
+                qsq += q * q
+                pairs += q * (s - (q - 1) / 2)
+        return cls(sum(batch.query_lens), dec, dec_ctx, pre, qsq, pairs, batch.num_sampled)
+
+    @classmethod
+    def of_sched(cls, sched: SchedulerOutput) -> StepSums:
+        d = sched.decodes
+        dec = len(d)
+        dec_ctx = sum(d.starts) + dec
+        pre = qsq = sampled = 0
+        pairs = 0.0
+        for c in sched.chunks:
+            q, end = c.num_tokens, c.start + c.num_tokens
+            sampled += c.sample + c.num_draft_tokens
+            if q == 1:
+                dec += 1
+                dec_ctx += end
+            else:
+                pre += 1
+                qsq += q * q
+                pairs += q * (end - (q - 1) / 2)
+        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(d))
+
+
+class SummedCostModel(CostModel):
+    """A cost model computed from a step's ``StepSums`` (``time_of``); an empty step costs 0."""
+
+    @abstractmethod
+    def time_of(self, sums: StepSums) -> float: ...
+
+    def step_time(self, batch: BatchShape) -> float:
+        if not batch.query_lens:
+            return 0.0
+        return self.time_of(StepSums.of_batch(batch))
+
+    def step_time_of(self, sched: SchedulerOutput) -> float:
+        if sched.num_batched_tokens == 0:
+            return 0.0
+        return self.time_of(StepSums.of_sched(sched))

@@ -1,0 +1,115 @@
+"""The per-operator cost model (clock.cost=operators), tensor parallelism in the clock, and the
+clock's settings checked when the engine is built."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from forge.config import compose_config
+from forge.engine.build import build_engine, workload_requests
+from forge.models.presets import model_dims
+from forge.results.metrics import summarize
+from forge.sim.clock import BatchShape, SimulatedClock
+from forge.sim.operators import OperatorConstants, OperatorCostModel, all_reduce_time
+from forge.sim.step_sums import StepSums
+
+LLAMA = model_dims("llama-2-7b")
+A100 = OperatorConstants.load("a100")
+
+
+def decode(batch: int, context: int) -> BatchShape:
+    return BatchShape([1] * batch, [context] * batch, batch)
+
+
+def prefill(*lens: int) -> BatchShape:
+    return BatchShape(list(lens), list(lens), len(lens))
+
+
+def test_gemms_have_a_knee_from_memory_to_compute_bound() -> None:
+    m = OperatorCostModel(LLAMA, A100)
+    one, few, many = (m.step_time(prefill(n)) for n in (2, 16, 4096))
+    assert few < 1.1 * one  # weight reads dominate: 8x the tokens cost almost nothing
+    weights = LLAMA.num_params * LLAMA.bytes_per_param / (A100.mem_bw * A100.gemm_bw_efficiency)
+    assert weights < one < 1.2 * weights
+    flops = 2 * LLAMA.num_params * 4096 / (A100.peak_flops * A100.gemm_flops_efficiency)
+    assert flops < many  # compute bound (plus attention) at 4096 tokens
+
+
+def test_decode_attention_reads_long_contexts_more_efficiently() -> None:
+    m = OperatorCostModel(LLAMA, A100)
+    per_token = [m.decode_attention_time(128, c) / c for c in (128, 512, 2048)]
+    assert per_token[0] > 1.5 * per_token[2] and per_token[0] > per_token[1] > per_token[2]
+    at_peak = 128 * 2048 * 2 * 4096 * 2 / A100.mem_bw
+    assert at_peak < m.decode_attention_time(128, 2048) < at_peak / 0.9
+
+
+def test_prefill_attention_grows_with_the_square_of_the_prompt() -> None:
+    m = OperatorCostModel(LLAMA, A100)
+    sums = [StepSums.of_batch(prefill(n)) for n in (1024, 2048)]
+    attention = [m.time_of(s) - m.time_of(dataclasses.replace(s, prefill_pairs=0.0)) for s in sums]
+    assert attention[1] / attention[0] == pytest.approx(4.0, rel=0.01)
+
+
+def test_tensor_parallel_divides_the_work_and_adds_all_reduces() -> None:
+    one, two = OperatorCostModel(LLAMA, A100), OperatorCostModel(LLAMA, A100, tensor_parallel=2)
+    s = prefill(2048)
+    assert 0.5 * one.step_time(s) < two.step_time(s) < 0.6 * one.step_time(s)
+    no_link = OperatorCostModel(LLAMA, dataclasses.replace(A100, link_bw=float("inf"), link_latency_s=0.0), 2)
+    reduce = all_reduce_time(2048 * 4096 * 2, 2, A100.link_bw, A100.link_latency_s)
+    assert reduce == A100.link_latency_s + 2048 * 4096 * 2 / A100.link_bw
+    assert two.step_time(s) - no_link.step_time(s) == pytest.approx(2 * LLAMA.num_layers * reduce)
+    assert all_reduce_time(1e9, 1, A100.link_bw, A100.link_latency_s) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        (["clock.tensor_parallel=-1"], "clock.tensor_parallel"),
+        (["clock.cost=roofline", "clock.tensor_parallel=2"], "clock.tensor_parallel"),  # one GPU
+        (["clock.cost=operators", "clock.tensor_parallel=3"], "clock.tensor_parallel=3"),
+        (["clock.cost=bogus"], "clock.cost"),
+        (["clock.cost=operators", "clock.hardware=cpu"], "clock.hardware='cpu'"),
+    ],
+)
+def test_bad_clock_settings_are_named(overrides: list[str], setting: str) -> None:
+    cfg = compose_config(["model=synthetic", "clock=simulated", "clock.model=llama-2-7b", *overrides])
+    with pytest.raises(ValueError, match=setting.replace(".", r"\.").replace("(", r"\(")):
+        build_engine(cfg)
+
+
+def run(overrides: list[str]) -> dict[str, float]:
+    cfg = compose_config(
+        [
+            "model=synthetic",
+            "clock=simulated",
+            "clock.hardware=a100",
+            "clock.model=llama-2-7b",
+            "clock.cost=operators",
+            "scheduler=vllm_v0",
+            "engine.enable_chunked_prefill=false",
+            "engine.max_model_len=512",
+            "workload.num_requests=40",
+            "workload.arrivals.rate=20",
+            "progress=false",
+            *overrides,
+        ]
+    )
+    engine = build_engine(cfg)
+    engine.run(workload_requests(cfg, engine))
+    return summarize(engine.recorder.requests_frame(), engine.recorder.steps_frame(), dict(engine.scheduler.kv.stats()))
+
+
+def test_same_config_and_seed_give_identical_simulated_metrics() -> None:
+    first, again, other = run([]), run([]), run(["seed=1"])
+    assert first == again
+    assert first != other
+    assert first["mean_tpot_ms"] > 0
+
+
+def test_operator_clock_charges_its_model() -> None:
+    clock = SimulatedClock("a100", "llama-2-7b", cost="operators", tensor_parallel=2)
+    clock.bind(model_dims("tinyllama-1.1b"))
+    assert isinstance(clock.cost_model, OperatorCostModel) and clock.cost_model.tp == 2
+    assert clock.model_dims == LLAMA
