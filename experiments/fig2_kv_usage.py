@@ -57,6 +57,7 @@ def run(out: Path, size: str) -> None:
         "model=synthetic",
         "model.dims=opt-13b",
         "clock=simulated",
+        "clock.cost=roofline",  # the cost model these reports were made with
         "clock.hardware=a100-40gb",
         "workload=sharegpt",
         f"workload.num_requests={n}",

@@ -22,6 +22,7 @@ def simulate(size: str) -> tuple[pd.DataFrame, dict[str, object]]:
         "model=synthetic",
         "model.dims=llama-3-8b",
         "clock=simulated",
+        "clock.cost=roofline",  # the cost model these reports were made with
         "clock.hardware=h100",
         "workload=shared_prefix",
         f"workload.num_requests={n}",
