@@ -32,7 +32,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "reports" / "simulation_speed"
-BASE = ["model=synthetic", "clock=simulated", "clock.cost=roofline", "workload=sharegpt", "progress=false", "report=false"]
+BASE = [
+    "model=synthetic",
+    "clock=simulated",
+    "clock.cost=roofline",  # the cost model of the committed figures
+    "workload=sharegpt",
+    "progress=false",
+    "report=false",
+]
 PHASES = ("schedule", "execute", "update", "metrics", "clock")
 
 
