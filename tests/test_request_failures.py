@@ -46,6 +46,20 @@ class NothingAllowed:
         pass
 
 
+def fail_forward(engine: Engine, monkeypatch: pytest.MonkeyPatch, at_call: int) -> None:
+    """The model's forward raises on its ``at_call``-th call (counting from 0), and only then."""
+    model = engine.runner.model
+    forward = model.forward
+    calls = itertools.count()
+
+    def flaky(*args: Any) -> torch.Tensor:
+        if next(calls) == at_call:
+            raise RuntimeError("injected forward failure")
+        return forward(*args)
+
+    monkeypatch.setattr(model, "forward", flaky)
+
+
 def _requests(llm: LLM, prefix: str) -> list[Request]:
     return [Request(f"{prefix}{i}", llm.tokenizer.encode(p), GREEDY) for i, p in enumerate(PROMPTS)]
 
@@ -93,16 +107,7 @@ def test_a_failing_model_step_fails_its_requests_and_the_engine_recovers(
     """Two requests run at a time; the 4th forward raises: the two in it fail, the others run."""
     llm = LLM("model=tiny", "engine.max_num_seqs=2")
     engine = llm.engine
-    model = engine.runner.model
-    forward = model.forward
-    calls = itertools.count()
-
-    def flaky(*args: Any) -> torch.Tensor:
-        if next(calls) == 3:
-            raise RuntimeError("injected forward failure")
-        return forward(*args)
-
-    monkeypatch.setattr(model, "forward", flaky)
+    fail_forward(engine, monkeypatch, at_call=3)
     requests = _requests(llm, "r")
     finals = engine.run(requests)
     failed = [r.request_id for r in requests if finals[r.request_id].finish_reason == "error"]
@@ -134,16 +139,7 @@ def test_a_failed_model_step_leaves_no_unwritten_block_in_the_prefix_cache(monke
     llm = LLM("model=tiny", "kvcache.enable_prefix_caching=true")
     expected = LLM("model=tiny").generate([prompt], GREEDY)[0].token_ids
     engine = llm.engine
-    model = engine.runner.model
-    forward = model.forward
-    calls = itertools.count()
-
-    def fails_first(*args: Any) -> torch.Tensor:
-        if next(calls) == 0:
-            raise RuntimeError("injected forward failure")
-        return forward(*args)
-
-    monkeypatch.setattr(model, "forward", fails_first)
+    fail_forward(engine, monkeypatch, at_call=0)
     first = engine.run([Request("first", prompt, GREEDY)])["first"]
     assert first.finish_reason == "error"
     again = engine.run([Request("again", prompt, GREEDY)])["again"]

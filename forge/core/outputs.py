@@ -129,3 +129,18 @@ class RequestOutput:
     logprobs: list[dict[int, float]] | None = None
     # why the request failed (finish_reason "error"): its sampling or the model step raised
     error: str | None = None
+
+
+def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:
+    """The final output of a request stopped from outside its step (aborted, or failed): what it has
+    generated so far, no new tokens."""
+    return RequestOutput(
+        request_id=request.request_id,
+        prompt_token_ids=request.prompt_token_ids,
+        token_ids=list(request.output_token_ids),
+        new_token_ids=[],
+        finished=True,
+        finish_reason=finish_reason,
+        num_cached_tokens=request.num_cached_tokens,
+        error=error,
+    )

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
-from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput
+from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.runner import ModelRunner
 from forge.results.metrics import MetricsRecorder
@@ -132,18 +132,7 @@ class Engine:
         for rid, reason in errors.items():
             request = self.requests[rid]
             self.scheduler.abort(rid, step_failed)
-            outputs.append(
-                RequestOutput(
-                    request_id=rid,
-                    prompt_token_ids=request.prompt_token_ids,
-                    token_ids=list(request.output_token_ids),
-                    new_token_ids=[],
-                    finished=True,
-                    finish_reason="error",
-                    num_cached_tokens=request.num_cached_tokens,
-                    error=reason,
-                )
-            )
+            outputs.append(stopped_output(request, "error", reason))
         return outputs
 
     # -- speculative decoding ------------------------------------------------------

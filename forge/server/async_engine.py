@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from forge.core.outputs import RequestOutput
+from forge.core.outputs import RequestOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.engine import Engine
 from forge.server.metrics import ServerMetrics, ServingRecorder
@@ -178,17 +178,5 @@ class AsyncEngine:
             for rid, request in list(engine.requests.items()):
                 engine.abort(rid)
                 self.recorder.on_abort(rid, "abort")
-                replies.append(
-                    (
-                        rid,
-                        RequestOutput(
-                            request_id=rid,
-                            prompt_token_ids=request.prompt_token_ids,
-                            token_ids=list(request.output_token_ids),
-                            new_token_ids=[],
-                            finished=True,
-                            finish_reason="abort",
-                        ),
-                    )
-                )
+                replies.append((rid, stopped_output(request, "abort")))
         return cmd.kind == "stop"
