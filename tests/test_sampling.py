@@ -134,3 +134,13 @@ def test_request_seeds_are_stable_hashes() -> None:
     assert request_seed(None, 0, "a") == request_seed(None, 0, "a") != request_seed(None, 0, "b")
     assert request_seed(None, 0, "a") != request_seed(None, 1, "a")
     assert request_seed(None, 0, "req-1") == -6492465261225725540  # the same in every process
+
+
+def test_logit_bias_shifts_the_logits_greedy_and_sampled() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 2)
+    greedy_row = SampleRow(SamplingParams(temperature=0.0, logit_bias={3: 4.0}), seed=0, position=0)
+    sampled_row = SampleRow(SamplingParams(temperature=1.0, logit_bias={2: 100.0}), seed=0, position=0)
+    assert not greedy_row.params.plain_greedy
+    assert sample(logits, [greedy_row, sampled_row]) == [3, 2]
+    with pytest.raises(ValueError):
+        SamplingParams(logit_bias={1: 101.0})

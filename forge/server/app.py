@@ -122,7 +122,7 @@ class Generation:
         self.queue: Stream = asyncio.Queue()
         self.choices = {f"{prefix}-{c.index}": c for c in choices}
         self.texts = {
-            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids)
+            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids, c.include_stop_str)
             for rid, c in self.choices.items()
         }
         self.pending: set[str] = set()
@@ -207,18 +207,23 @@ def _sse_response(
     head: list[dict[str, Any]] | None = None,
 ) -> StreamingResponse:
     """The SSE stream of one call: the ``head`` choices, one chunk per delta, an error chunk if the
-    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``."""
+    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``. With
+    ``stream_options.continuous_usage_stats`` every chunk carries the usage so far."""
     include_usage = options is not None and options.include_usage
+    continuous = options is not None and options.continuous_usage_stats
     extra = {"usage": None} if include_usage else {}
+
+    def so_far(n_out: int) -> dict[str, Any]:
+        return {"usage": usage(gen.prompt_tokens, n_out)} if continuous else extra
 
     async def stream() -> AsyncIterator[str]:
         for choice in head or []:
-            yield sse({**base, "choices": [choice], **extra})
+            yield sse({**base, "choices": [choice], **so_far(0)})
         n_out = 0
         try:
             async for c, text, d in gen.events():
                 n_out += len(d.token_ids)
-                yield sse({**base, "choices": [chunk_choice(c, text, d)], **extra})
+                yield sse({**base, "choices": [chunk_choice(c, text, d)], **so_far(n_out)})
         except APIError as err:
             yield sse(err.body())
         if include_usage:
@@ -301,7 +306,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     if body.stream:
 
         def chunk(c: ChoiceSpec, _: ChoiceText, d: Delta) -> dict[str, Any]:
-            delta = {"content": d.text} if d.text else {}
+            delta = {"content": d.text}  # "" while text is held back (vLLM's shape, not an empty delta)
             return {"index": c.index, "delta": delta, "logprobs": lp(d), "finish_reason": d.finish_reason}
 
         role = {"role": "assistant", "content": ""}

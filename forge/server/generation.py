@@ -5,14 +5,16 @@ with text that could be the start of one held back), stop token ids, and logprob
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from forge.core.outputs import RequestOutput
-from forge.core.request import Request
-from forge.core.sampling_params import SamplingParams
+from forge.core.request import Request, TokenConstraint
+from forge.core.sampling_params import SEED_MAX, SamplingParams
+from forge.server.min_tokens import MinTokensConstraint
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
 from forge.structured.base import ConstraintSpec, Grammar, GrammarError
@@ -22,7 +24,14 @@ from forge.tokenizers.base import IncrementalDetokenizer, Tokenizer
 MAX_CHOICES = 256
 MAX_STOP_STRINGS = 16
 MAX_ECHOED_NAME = 64
-_SEED_MASK = (1 << 63) - 1
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
+_REGEX_SPECIAL = set("\\.^$*+?{}[]|()")
+
+
+def choice_regex(choices: list[str]) -> str:
+    """A regex matching exactly one of ``choices`` (``guided_choice``)."""
+    escaped = ("".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in c) for c in choices)
+    return "(" + "|".join(escaped) + ")"
 
 
 @dataclass(frozen=True)
@@ -44,9 +53,16 @@ class ChoiceSpec:
     stop_strings: list[str]
     priority: int
     grammar: Grammar | None
+    min_tokens: int = 0
+    ending_ids: frozenset[int] = frozenset()
+    include_stop_str: bool = False
 
     def to_request(self, request_id: str) -> Request:
-        constraint = self.grammar.constraint(self.params.max_tokens) if self.grammar is not None else None
+        constraint: TokenConstraint | None = None
+        if self.grammar is not None:
+            constraint = self.grammar.constraint(self.params.max_tokens)
+        elif self.min_tokens:
+            constraint = MinTokensConstraint(self.min_tokens, self.ending_ids)
         return Request(
             request_id=request_id,
             prompt_token_ids=list(self.prompt_ids),
@@ -173,6 +189,19 @@ class RequestBuilder:
             raise APIError("the rendered chat is empty", param="messages")
         return ids, text
 
+    def logit_bias(self, body: SamplingFields) -> dict[int, float]:
+        """``logit_bias`` with its keys (token ids as strings, OpenAI's form) checked and parsed."""
+        raw = body.logit_bias or {}
+        if len(raw) > MAX_LOGIT_BIAS:
+            raise APIError(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens", param="logit_bias")
+        out: dict[int, float] = {}
+        for key, bias in raw.items():
+            if not (key.isascii() and key.isdigit()) or len(key) > 20:
+                raise APIError(f"logit_bias key {key[:32]!r} is not a token id", param="logit_bias")
+            out[int(key)] = bias
+        self._check_ids(list(out), "logit_bias")
+        return out
+
     def _check_ids(self, ids: list[int], param: str) -> None:
         bad = [t for t in ids if not 0 <= t < self.limits.vocab_size]
         if bad:
@@ -181,7 +210,12 @@ class RequestBuilder:
     # -- everything else ----------------------------------------------------------------
     def check_common(self, body: SamplingFields) -> None:
         check_model(body.model, self.model_name)
+        body.check_known_fields()
         check_encodable(body)
+        if body.stream_options is not None and not body.stream:
+            raise APIError("stream_options needs stream=true", param="stream_options")
+        if body.seed is not None and body.seed + body.n - 1 > SEED_MAX:
+            raise APIError(f"seed + n - 1 must be at most {SEED_MAX} (choice j samples with seed + j)", param="seed")
         if not 1 <= body.n <= self.max_n:
             raise APIError(f"n={body.n} must be in [1, {self.max_n}]", param="n")
         _check_range("temperature", body.temperature, 0.0, 2.0)
@@ -192,8 +226,7 @@ class RequestBuilder:
         _check_range("repetition_penalty", body.repetition_penalty, 0.0, 10.0, low_open=True)
         if body.top_k is not None and body.top_k < -1:
             raise APIError(f"top_k={body.top_k} must be -1 (off), 0 (off) or positive", param="top_k")
-        if body.logit_bias:
-            raise APIError("logit_bias is not supported", param="logit_bias")
+        self.logit_bias(body)
         stops = body.stop_strings()
         if len(stops) > MAX_STOP_STRINGS or any(not s for s in stops):
             raise APIError(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings", param="stop")
@@ -208,7 +241,9 @@ class RequestBuilder:
         """The request's grammar, compiled off the event loop within the structured compile budget."""
         specs: list[tuple[str, ConstraintSpec]] = []
         rf = body.response_format
-        if rf is not None and rf.type == "json_object":
+        if rf is not None and rf.type == "json_object" and rf.schema_ is not None:
+            specs.append(("response_format", ConstraintSpec.json_schema(rf.schema_)))
+        elif rf is not None and rf.type == "json_object":
             specs.append(("response_format", ConstraintSpec.json_object()))
         elif rf is not None and rf.type == "json_schema":
             if rf.json_schema is None or rf.json_schema.schema_ is None:
@@ -218,10 +253,15 @@ class RequestBuilder:
             specs.append(("json_schema", ConstraintSpec.json_schema(body.json_schema)))
         if body.regex is not None:
             specs.append(("regex", ConstraintSpec.regex(body.regex)))
+        specs.extend(self._guided_specs(body))
         if not specs:
             return None
         if len(specs) > 1:
-            raise APIError("give at most one of response_format, json_schema and regex", param=specs[1][0])
+            raise APIError(
+                "give at most one structured-output field (response_format, json_schema, regex, guided_json, "
+                "guided_regex, guided_choice, structured_outputs)",
+                param=specs[1][0],
+            )
         param, spec = specs[0]
         if self.structured is None:
             raise APIError("structured output is not configured on this server", param=param)
@@ -231,6 +271,36 @@ class RequestBuilder:
             raise APIError(str(exc), param=param) from exc
         except CompileBusy as exc:
             raise APIError(str(exc), 503, "service_unavailable", param=param, code="overloaded") from exc
+
+    @staticmethod
+    def _guided_specs(body: SamplingFields) -> list[tuple[str, ConstraintSpec]]:
+        """vLLM's guided_* fields and its ``structured_outputs`` object."""
+        specs: list[tuple[str, ConstraintSpec]] = []
+        if body.guided_json is not None:
+            specs.append(("guided_json", _json_spec(body.guided_json, "guided_json")))
+        if body.guided_regex is not None:
+            specs.append(("guided_regex", ConstraintSpec.regex(body.guided_regex)))
+        if body.guided_choice is not None:
+            specs.append(("guided_choice", _choice_spec(body.guided_choice, "guided_choice")))
+        so = body.structured_outputs
+        if so is not None:
+            given = [
+                spec
+                for spec in (
+                    None if so.json_ is None else _json_spec(so.json_, "structured_outputs"),
+                    None if so.regex is None else ConstraintSpec.regex(so.regex),
+                    None if so.choice is None else _choice_spec(so.choice, "structured_outputs"),
+                    ConstraintSpec.json_object() if so.json_object else None,
+                )
+                if spec is not None
+            ]
+            if len(given) != 1:
+                raise APIError(
+                    "structured_outputs takes exactly one of json, regex, choice, json_object",
+                    param="structured_outputs",
+                )
+            specs.append(("structured_outputs", given[0]))
+        return specs
 
     async def choices(
         self,
@@ -245,6 +315,12 @@ class RequestBuilder:
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
         grammar = await self.grammar(body)
+        if body.min_tokens and (grammar is not None or body.stop_strings()):
+            raise APIError("min_tokens cannot be combined with stop strings or structured output", param="min_tokens")
+        logit_bias = self.logit_bias(body)
+        ending = frozenset(body.stop_token_ids or []) | (
+            frozenset() if body.ignore_eos else frozenset(self.tokenizer.eos_token_ids)
+        )
         top_k = body.top_k if body.top_k is not None and body.top_k > 0 else 0
         L = self.limits
         out: list[ChoiceSpec] = []
@@ -273,13 +349,15 @@ class RequestBuilder:
                     f"{L.kv_capacity_tokens}",
                     param="max_tokens",
                 )
+            if body.min_tokens > n_out:
+                raise APIError(f"min_tokens={body.min_tokens} exceeds max_tokens={n_out}", param="min_tokens")
             if grammar is not None and grammar.min_tokens > n_out:
                 raise APIError(
                     f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={n_out}",
                     param="max_tokens",
                 )
             for j in range(body.n):
-                seed = None if body.seed is None else (body.seed + j) & _SEED_MASK
+                seed = None if body.seed is None else body.seed + j
                 try:
                     params = SamplingParams(
                         max_tokens=n_out,
@@ -294,6 +372,7 @@ class RequestBuilder:
                         frequency_penalty=body.frequency_penalty,
                         repetition_penalty=body.repetition_penalty,
                         logprobs=logprobs,
+                        logit_bias=logit_bias,
                     )
                 except ValueError as exc:
                     raise APIError(str(exc)) from exc
@@ -307,9 +386,30 @@ class RequestBuilder:
                         stop_strings=body.stop_strings(),
                         priority=body.priority,
                         grammar=grammar,
+                        min_tokens=body.min_tokens,
+                        ending_ids=ending,
+                        include_stop_str=body.include_stop_str_in_output,
                     )
                 )
         return out
+
+
+def _json_spec(value: dict[str, Any] | bool | str, param: str) -> ConstraintSpec:
+    """A JSON schema given as an object, a boolean, or JSON text (vLLM accepts all three)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise APIError(f"{param} is not valid JSON: {exc}", param=param) from exc
+        if not isinstance(value, dict | bool):
+            raise APIError(f"{param} must be a JSON schema (an object or a boolean)", param=param)
+    return ConstraintSpec.json_schema(value)
+
+
+def _choice_spec(choices: list[str], param: str) -> ConstraintSpec:
+    if not choices or any(not c for c in choices):
+        raise APIError(f"{param} needs at least one non-empty choice", param=param)
+    return ConstraintSpec.regex(choice_regex(choices))
 
 
 @dataclass
@@ -332,9 +432,16 @@ class Delta:
 
 class ChoiceText:
     """One choice's text as its tokens arrive. ``push`` returns what may be sent now; a matched
-    stop string ends the choice (``finish_reason="stop"``; the caller aborts the request)."""
+    stop string ends the choice (``finish_reason="stop"``; the caller aborts the request), and is
+    part of the text only with ``include_stop_str``."""
 
-    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: list[int]) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        stop_strings: list[str],
+        stop_token_ids: list[int],
+        include_stop_str: bool = False,
+    ) -> None:
         self.tokenizer = tokenizer
         self.matcher = StopMatcher(stop_strings) if stop_strings else None
         self.stop_token_ids = set(stop_token_ids)
@@ -344,6 +451,7 @@ class ChoiceText:
         self.sent = 0
         self.num_tokens = 0
         self.finish_reason: str | None = None
+        self.include_stop_str = include_stop_str
 
     def push(self, out: RequestOutput) -> Delta:
         new = list(out.new_token_ids)
@@ -368,9 +476,10 @@ class ChoiceText:
         if self.matcher is not None:
             hit = self.matcher.feed(text[self.matcher.fed :])
             if hit is not None:
-                out = text[self.sent : hit.start]
-                self.text = text[: hit.start]
-                self.sent = hit.start
+                end = hit.start + len(hit.stop) if self.include_stop_str else hit.start
+                out = text[self.sent : end]
+                self.text = text[:end]
+                self.sent = end
                 return out, True
             if not final:
                 limit = len(text) - self.matcher.hold
