@@ -47,7 +47,9 @@ def test_unknown_fields_refused_harmless_ones_accepted(client: openai.OpenAI) ->
             field,
         )
         refused(
-            lambda f=field: client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=2, extra_body={f: 1}),
+            lambda f=field: client.chat.completions.create(
+                model="tiny", messages=MSGS, max_tokens=2, extra_body={f: 1}
+            ),
             field,
         )
     r = client.chat.completions.create(
@@ -56,7 +58,9 @@ def test_unknown_fields_refused_harmless_ones_accepted(client: openai.OpenAI) ->
     assert r.choices[0].message.role == "assistant"
     refused(  # a message field nobody reads
         lambda: client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "x", "frob": 1}], max_tokens=2  # type: ignore[misc]
+            model="tiny",
+            messages=[{"role": "user", "content": "x", "frob": 1}],
+            max_tokens=2,  # type: ignore[misc]
         ),
         "messages.0.frob",
     )
