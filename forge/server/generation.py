@@ -15,7 +15,7 @@ from forge.core.outputs import RequestOutput
 from forge.core.request import Request, TokenConstraint
 from forge.core.sampling_params import SEED_MAX, SamplingParams
 from forge.server.min_tokens import MinTokensConstraint
-from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
+from forge.server.protocol import APIError, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
 from forge.structured.base import ConstraintSpec, Grammar, GrammarError
 from forge.structured.compile_pool import CompileBusy, CompilePool
@@ -175,14 +175,36 @@ class RequestBuilder:
                 raise APIError("prompt must not be empty", param="prompt")
         return out
 
-    def chat_prompt(self, body: ChatCompletionRequest) -> tuple[list[int], str]:
+    def chat_prompt(
+        self, body: ChatCompletionRequest, tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], str]:
+        """The rendered chat (``tools`` given to the template). ``continue_final_message``: the
+        final assistant message is left open, to be continued (Hugging Face's rule: the render is
+        cut right after that message's text)."""
         if not body.messages:
             raise APIError("messages must not be empty", param="messages")
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        messages = template_messages(body.messages)
+        final = messages[-1]["content"].strip()
+        if body.continue_final_message:
+            if body.add_generation_prompt:
+                raise APIError(
+                    "continue_final_message needs add_generation_prompt=false", param="continue_final_message"
+                )
+            if messages[-1]["role"] != "assistant" or not final:
+                raise APIError(
+                    "continue_final_message needs a final assistant message with text", param="continue_final_message"
+                )
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=body.add_generation_prompt, tools=tools
+            )
         except ValueError as exc:
             raise APIError(f"chat template failed: {exc}", param="messages") from exc
+        if body.continue_final_message:
+            at = text.rfind(final)
+            if at < 0:
+                raise APIError("the template does not show the final message's text", param="continue_final_message")
+            text = text[: at + len(final)]
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         ids = self.tokenizer.encode(text, add_special_tokens=not has_template)
         if not ids:
@@ -237,9 +259,10 @@ class RequestBuilder:
         if body.stop_token_ids:
             self._check_ids(body.stop_token_ids, "stop_token_ids")
 
-    async def grammar(self, body: SamplingFields) -> Grammar | None:
-        """The request's grammar, compiled off the event loop within the structured compile budget."""
-        specs: list[tuple[str, ConstraintSpec]] = []
+    async def grammar(self, body: SamplingFields, tool_spec: ConstraintSpec | None = None) -> Grammar | None:
+        """The request's grammar, compiled off the event loop within the structured compile budget
+        (``tool_spec``: the one tool_choice required/named imposes)."""
+        specs: list[tuple[str, ConstraintSpec]] = [] if tool_spec is None else [("tool_choice", tool_spec)]
         rf = body.response_format
         if rf is not None and rf.type == "json_object" and rf.schema_ is not None:
             specs.append(("response_format", ConstraintSpec.json_schema(rf.schema_)))
@@ -309,12 +332,13 @@ class RequestBuilder:
         max_tokens: int | None,
         default_max_tokens: int | None,
         logprobs: int | None,
+        tool_spec: ConstraintSpec | None = None,
     ) -> list[ChoiceSpec]:
         if len(prompts) * body.n > MAX_CHOICES:
             raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
-        grammar = await self.grammar(body)
+        grammar = await self.grammar(body, tool_spec)
         if body.min_tokens and (grammar is not None or body.stop_strings()):
             raise APIError("min_tokens cannot be combined with stop strings or structured output", param="min_tokens")
         logit_bias = self.logit_bias(body)
@@ -392,6 +416,45 @@ class RequestBuilder:
                     )
                 )
         return out
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as Hugging Face templates take them: assistant ``tool_calls`` with their
+    arguments as objects, tool results with the ``tool_call_id`` of an earlier call (400 if none
+    matches), each field only where OpenAI allows it."""
+    out: list[dict[str, Any]] = []
+    call_ids: set[str] = set()
+    for i, m in enumerate(messages):
+        item: dict[str, Any] = {"role": m.role, "content": m.text()}
+        if m.name is not None:
+            item["name"] = m.name
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise APIError("only assistant messages carry tool_calls", param=f"messages.{i}.tool_calls")
+            calls = []
+            for j, call in enumerate(m.tool_calls):
+                try:
+                    args = json.loads(call.function.arguments)
+                except ValueError as exc:
+                    raise APIError(
+                        f"tool call arguments are not JSON: {exc}", param=f"messages.{i}.tool_calls.{j}"
+                    ) from exc
+                calls.append(
+                    {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": args}}
+                )
+                call_ids.add(call.id)
+            item["tool_calls"] = calls
+        if m.role == "tool":
+            if m.tool_call_id is None or m.tool_call_id not in call_ids:
+                raise APIError(
+                    "a tool message needs the tool_call_id of an earlier assistant tool call",
+                    param=f"messages.{i}.tool_call_id",
+                )
+            item["tool_call_id"] = m.tool_call_id
+        elif m.tool_call_id is not None:
+            raise APIError("only tool messages carry tool_call_id", param=f"messages.{i}.tool_call_id")
+        out.append(item)
+    return out
 
 
 def _json_spec(value: dict[str, Any] | bool | str, param: str) -> ConstraintSpec:

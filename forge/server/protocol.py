@@ -179,6 +179,27 @@ class ToolCall(Strict):
     function: ToolCallFunction
 
 
+class FunctionDef(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
@@ -204,8 +225,8 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, le=INT64_MAX)  # >= 1: checked as max_tokens
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -216,6 +237,7 @@ class TokenizeRequest(BaseModel):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[ToolDef] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
