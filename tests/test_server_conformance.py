@@ -173,3 +173,18 @@ def test_completion_top_logprobs_include_sampled_token(client: openai.OpenAI) ->
     assert [list(t) for t in zero.choices[0].logprobs.top_logprobs or []] == [
         [t] for t in zero.choices[0].logprobs.tokens or []
     ]
+
+
+def test_chat_echo_prepends_the_final_assistant_message(client: openai.OpenAI) -> None:
+    msgs: Any = [{"role": "user", "content": "tell"}, {"role": "assistant", "content": "Once upon"}]
+    kw: Any = {"model": "tiny", "messages": msgs, "max_tokens": 5, "temperature": 0}
+    plain = client.chat.completions.create(**kw).choices[0].message.content or ""
+    echoed = client.chat.completions.create(extra_body={"echo": True}, **kw).choices[0].message.content
+    assert echoed == "Once upon" + plain
+    chunks = list(client.chat.completions.create(stream=True, extra_body={"echo": True}, **kw))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == echoed
+    user_last = client.chat.completions.create(extra_body={"echo": True}, **{**kw, "messages": msgs[:1]})
+    assert (
+        user_last.choices[0].message.content
+        == client.chat.completions.create(**{**kw, "messages": msgs[:1]}).choices[0].message.content
+    )

@@ -235,3 +235,20 @@ def test_required_tool_choice_on_a_bpe_model(hermes_server: BackgroundServer) ->
         assert args and reason == "tool_calls"
         for a in args:
             assert isinstance(json.loads(a or ""), dict) and isinstance(json.loads(a or "")["n"], int)
+
+
+def test_continue_final_message_leaves_it_open(hermes_server: BackgroundServer) -> None:
+    client = openai.OpenAI(base_url=hermes_server.url + "/v1", api_key="unused", max_retries=0)
+    msgs: Any = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "The quick"}]
+    kw: Any = {"model": "tiny-tools", "messages": msgs, "max_tokens": 2, "temperature": 0}
+    closed = client.chat.completions.create(extra_body={"add_generation_prompt": False}, **kw).usage
+    opened = client.chat.completions.create(
+        extra_body={"add_generation_prompt": False, "continue_final_message": True}, **kw
+    ).usage
+    tail = httpx.post(hermes_server.url + "/tokenize", json={"prompt": "<|im_end|>\n", "add_special_tokens": False})
+    assert closed is not None and opened is not None
+    assert opened.prompt_tokens == closed.prompt_tokens - tail.json()["count"]
+    refused(
+        lambda: client.chat.completions.create(extra_body={"continue_final_message": True}, **kw),
+        "continue_final_message",
+    )
