@@ -18,6 +18,7 @@ from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 
 MSGS: Any = [{"role": "user", "content": "hi"}]
+CONTINUOUS: Any = {"include_usage": True, "continuous_usage_stats": True}
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +57,8 @@ def test_unknown_fields_refused_harmless_ones_accepted(client: openai.OpenAI) ->
         model="tiny", messages=MSGS, max_tokens=2, user="u", metadata={"k": "v"}, store=False
     )
     assert r.choices[0].message.role == "assistant"
-    refused(  # a message field nobody reads
-        lambda: client.chat.completions.create(
-            model="tiny",
-            messages=[{"role": "user", "content": "x", "frob": 1}],
-            max_tokens=2,  # type: ignore[misc]
-        ),
-        "messages.0.frob",
-    )
+    odd: Any = [{"role": "user", "content": "x", "frob": 1}]  # a message field nobody reads
+    refused(lambda: client.chat.completions.create(model="tiny", messages=odd, max_tokens=2), "messages.0.frob")
 
 
 def test_stream_options_without_stream_and_seed_range(client: openai.OpenAI) -> None:
@@ -115,7 +110,7 @@ def test_continuous_usage_stats(client: openai.OpenAI) -> None:
         max_tokens=6,
         temperature=0,
         stream=True,
-        stream_options={"include_usage": True, "continuous_usage_stats": True},  # type: ignore[typeddict-unknown-key]
+        stream_options=CONTINUOUS,
     )
     chunks = list(stream)
     counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
