@@ -5,7 +5,6 @@ with text that could be the start of one held back), stop token ids, and logprob
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +13,10 @@ from pydantic import BaseModel
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request, TokenConstraint
 from forge.core.sampling_params import SEED_MAX, SamplingParams
+from forge.server.chat_messages import template_messages
+from forge.server.guided import guided_specs
 from forge.server.min_tokens import MinTokensConstraint
-from forge.server.protocol import APIError, ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
 from forge.structured.base import ConstraintSpec, Grammar, GrammarError
 from forge.structured.compile_pool import CompileBusy, CompilePool
@@ -25,13 +26,6 @@ MAX_CHOICES = 256
 MAX_STOP_STRINGS = 16
 MAX_ECHOED_NAME = 64
 MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
-_REGEX_SPECIAL = set("\\.^$*+?{}[]|()")
-
-
-def choice_regex(choices: list[str]) -> str:
-    """A regex matching exactly one of ``choices`` (``guided_choice``)."""
-    escaped = ("".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in c) for c in choices)
-    return "(" + "|".join(escaped) + ")"
 
 
 @dataclass(frozen=True)
@@ -276,7 +270,7 @@ class RequestBuilder:
             specs.append(("json_schema", ConstraintSpec.json_schema(body.json_schema)))
         if body.regex is not None:
             specs.append(("regex", ConstraintSpec.regex(body.regex)))
-        specs.extend(self._guided_specs(body))
+        specs.extend(guided_specs(body))
         if not specs:
             return None
         if len(specs) > 1:
@@ -294,36 +288,6 @@ class RequestBuilder:
             raise APIError(str(exc), param=param) from exc
         except CompileBusy as exc:
             raise APIError(str(exc), 503, "service_unavailable", param=param, code="overloaded") from exc
-
-    @staticmethod
-    def _guided_specs(body: SamplingFields) -> list[tuple[str, ConstraintSpec]]:
-        """vLLM's guided_* fields and its ``structured_outputs`` object."""
-        specs: list[tuple[str, ConstraintSpec]] = []
-        if body.guided_json is not None:
-            specs.append(("guided_json", _json_spec(body.guided_json, "guided_json")))
-        if body.guided_regex is not None:
-            specs.append(("guided_regex", ConstraintSpec.regex(body.guided_regex)))
-        if body.guided_choice is not None:
-            specs.append(("guided_choice", _choice_spec(body.guided_choice, "guided_choice")))
-        so = body.structured_outputs
-        if so is not None:
-            given = [
-                spec
-                for spec in (
-                    None if so.json_ is None else _json_spec(so.json_, "structured_outputs"),
-                    None if so.regex is None else ConstraintSpec.regex(so.regex),
-                    None if so.choice is None else _choice_spec(so.choice, "structured_outputs"),
-                    ConstraintSpec.json_object() if so.json_object else None,
-                )
-                if spec is not None
-            ]
-            if len(given) != 1:
-                raise APIError(
-                    "structured_outputs takes exactly one of json, regex, choice, json_object",
-                    param="structured_outputs",
-                )
-            specs.append(("structured_outputs", given[0]))
-        return specs
 
     async def choices(
         self,
@@ -416,63 +380,6 @@ class RequestBuilder:
                     )
                 )
         return out
-
-
-def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as Hugging Face templates take them: assistant ``tool_calls`` with their
-    arguments as objects, tool results with the ``tool_call_id`` of an earlier call (400 if none
-    matches), each field only where OpenAI allows it."""
-    out: list[dict[str, Any]] = []
-    call_ids: set[str] = set()
-    for i, m in enumerate(messages):
-        item: dict[str, Any] = {"role": m.role, "content": m.text()}
-        if m.name is not None:
-            item["name"] = m.name
-        if m.tool_calls:
-            if m.role != "assistant":
-                raise APIError("only assistant messages carry tool_calls", param=f"messages.{i}.tool_calls")
-            calls = []
-            for j, call in enumerate(m.tool_calls):
-                try:
-                    args = json.loads(call.function.arguments)
-                except ValueError as exc:
-                    raise APIError(
-                        f"tool call arguments are not JSON: {exc}", param=f"messages.{i}.tool_calls.{j}"
-                    ) from exc
-                calls.append(
-                    {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": args}}
-                )
-                call_ids.add(call.id)
-            item["tool_calls"] = calls
-        if m.role == "tool":
-            if m.tool_call_id is None or m.tool_call_id not in call_ids:
-                raise APIError(
-                    "a tool message needs the tool_call_id of an earlier assistant tool call",
-                    param=f"messages.{i}.tool_call_id",
-                )
-            item["tool_call_id"] = m.tool_call_id
-        elif m.tool_call_id is not None:
-            raise APIError("only tool messages carry tool_call_id", param=f"messages.{i}.tool_call_id")
-        out.append(item)
-    return out
-
-
-def _json_spec(value: dict[str, Any] | bool | str, param: str) -> ConstraintSpec:
-    """A JSON schema given as an object, a boolean, or JSON text (vLLM accepts all three)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise APIError(f"{param} is not valid JSON: {exc}", param=param) from exc
-        if not isinstance(value, dict | bool):
-            raise APIError(f"{param} must be a JSON schema (an object or a boolean)", param=param)
-    return ConstraintSpec.json_schema(value)
-
-
-def _choice_spec(choices: list[str], param: str) -> ConstraintSpec:
-    if not choices or any(not c for c in choices):
-        raise APIError(f"{param} needs at least one non-empty choice", param=param)
-    return ConstraintSpec.regex(choice_regex(choices))
 
 
 @dataclass
