@@ -1,5 +1,6 @@
 """A ``vllm bench serve``-style client: send a forge workload to an OpenAI-compatible server
-and report TTFT, TPOT, ITL, E2EL (mean, median, std, p90, p99), throughput and goodput.
+and report TTFT, TPOT, ITL, E2EL (mean, median, std, p90, p99), throughput and goodput, with the
+server's own mean TTFT from its ``/metrics`` over the run beside the client's (what the client adds).
 
     python -m benchmarks.serve --url http://127.0.0.1:8000 --workload poisson \\
         --num-prompts 200 --request-rate 20 --burstiness 1.0 --max-concurrency 64 \\
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
 
+from benchmarks.sse_client import HTTPStatusError, SSEClient
 from forge.config import compose_config
 from forge.tokenizers.base import Tokenizer
 from forge.workloads.synthetic import Workload
@@ -85,43 +87,41 @@ def arrival_gaps(n: int, rate: float, burstiness: float, seed: int) -> list[floa
     return list(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
 
 
-async def send_one(client: httpx.AsyncClient, model: str, prompt: list[int], res: Result, t0: float) -> None:
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": res.output_len,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+async def send_one(client: SSEClient, model: str, prompt: list[int], res: Result, t0: float) -> None:
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": res.output_len,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     start = time.perf_counter()
     res.send_time = start - t0
     last = start
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                res.error = f"HTTP {r.status_code}: {(await r.aread()).decode()[:200]}"
+        async for data in client.stream("/v1/completions", body):
+            if data == b"[DONE]":
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(data)
+            if "error" in chunk:
+                res.error = str(chunk["error"])[:300]
                 return
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                data = json.loads(line[6:])
-                if "error" in data:
-                    res.error = str(data["error"])
-                    return
-                now = time.perf_counter()
-                if data.get("choices"):
-                    if res.ttft is None:
-                        res.ttft = now - start
-                    else:
-                        res.itl.append(now - last)
-                    last = now
-                if data.get("usage"):
-                    res.num_output_tokens = int(data["usage"]["completion_tokens"])
+            if chunk.get("choices"):  # a token chunk (the usage chunk has none)
+                if res.ttft is None:
+                    res.ttft = now - start
+                else:
+                    res.itl.append(now - last)
+                last = now
+            if chunk.get("usage"):
+                res.num_output_tokens = int(chunk["usage"]["completion_tokens"])
         res.e2el = time.perf_counter() - start
         res.success = res.ttft is not None
-    except httpx.HTTPError as exc:
+    except (OSError, ValueError, HTTPStatusError, asyncio.IncompleteReadError) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
 
 
@@ -135,18 +135,55 @@ async def run_benchmark(
     headers: dict[str, str],
 ) -> float:
     limit = max_concurrency or len(prompts)
-    limits = httpx.Limits(max_connections=limit + 8, max_keepalive_connections=limit + 8)
     sem = asyncio.Semaphore(limit)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(None), headers=headers) as client:
-        t0 = time.perf_counter()
+    client = SSEClient(url, headers)
+    t0 = time.perf_counter()
 
-        async def scheduled(i: int) -> None:
-            await asyncio.sleep(max(0.0, offsets[i] - (time.perf_counter() - t0)))
-            async with sem:
-                await send_one(client, model, prompts[i], results[i], t0)
+    async def scheduled(i: int) -> None:
+        await asyncio.sleep(max(0.0, offsets[i] - (time.perf_counter() - t0)))
+        async with sem:
+            await send_one(client, model, prompts[i], results[i], t0)
 
-        await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
-        return time.perf_counter() - t0
+    await asyncio.gather(*(scheduled(i) for i in range(len(prompts))))
+    return time.perf_counter() - t0
+
+
+TTFT_METRIC = "time_to_first_token_seconds"
+
+
+def server_ttft_totals(url: str, headers: dict[str, str]) -> tuple[float, float] | None:
+    """The server's own TTFT histogram from ``/metrics`` (forge's ``forge:`` or vLLM's ``vllm:``
+    names): its sum of seconds and its count over all models, or None if it has none."""
+    try:
+        r = httpx.get(url + "/metrics", headers=headers)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    totals = {"sum": 0.0, "count": 0.0}
+    found = False
+    for line in r.text.splitlines():
+        name, _, value = line.partition(" ")
+        for prefix in ("forge:", "vllm:"):
+            for kind in totals:
+                if name.startswith(f"{prefix}{TTFT_METRIC}_{kind}"):
+                    totals[kind] += float(value.split()[0])
+                    found = True
+    return (totals["sum"], totals["count"]) if found else None
+
+
+def server_view(
+    before: tuple[float, float] | None, after: tuple[float, float] | None, client_mean_ms: float
+) -> dict[str, float]:
+    """The server's mean TTFT over the run (its /metrics before and after) next to the client's:
+    the difference is what the network and the client itself add."""
+    if after is None:
+        return {}
+    before = before or (0.0, 0.0)  # a labelled series appears with its first observation
+    if after[1] <= before[1]:
+        return {}
+    server_ms = (after[0] - before[0]) / (after[1] - before[1]) * 1e3
+    return {"server_mean_ttft_ms": server_ms, "client_minus_server_ttft_ms": client_mean_ms - server_ms}
 
 
 def parse_goodput(items: list[str]) -> dict[str, float]:
@@ -276,8 +313,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         offsets = [s.arrival_time for s in specs]
     random.seed(args.seed)
+    before = server_ttft_totals(url, headers)
     duration = asyncio.run(run_benchmark(url, card["id"], prompts, results, offsets, args.max_concurrency, headers))
     summary = summarize(results, duration, slos)
+    summary.update(server_view(before, server_ttft_totals(url, headers), summary["mean_ttft_ms"]))
     out_dir = Path(args.output_dir or f"reports/serve/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame([{**asdict(r), "tpot": r.tpot} for r in results])

@@ -95,6 +95,7 @@ def write_tiny_gguf(
     qtype: GGMLQuantizationType = GGMLQuantizationType.F32,
     seed: int = 0,
     tie: bool = False,
+    chat_template: str = CHAT_TEMPLATE,
 ) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """Write a tiny model and return its config and the float32 state dict the file encodes
     (after quantization round trip), in Hugging Face naming and layout."""
@@ -132,7 +133,7 @@ def write_tiny_gguf(
         w.add_bos_token_id(tokens.index("<|im_start|>"))
         w.add_eos_token_id(tokens.index("<|im_end|>"))
         w.add_add_bos_token(False)
-        w.add_chat_template(CHAT_TEMPLATE)
+        w.add_chat_template(chat_template)
     else:
         w.add_token_scores(scores)
         w.add_bos_token_id(1)

@@ -142,5 +142,17 @@ def test_sampling_params_are_immutable_all_the_way_down() -> None:
     assert params.stop_token_ids == (3, 4)
     with pytest.raises(AttributeError):
         params.stop_token_ids.append(5)  # type: ignore[attr-defined]  # a tuple: no append
+    with pytest.raises(TypeError):
+        SamplingParams(logit_bias={1: 2.0}).logit_bias[1] = 3.0  # type: ignore[index]  # a read-only view
     with pytest.raises(dataclasses.FrozenInstanceError):
         params.temperature = 0.5  # type: ignore[misc]  # frozen
+
+
+def test_logit_bias_shifts_the_logits_greedy_and_sampled() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 2)
+    greedy_row = SampleRow(SamplingParams(temperature=0.0, logit_bias={3: 4.0}), seed=0, position=0)
+    sampled_row = SampleRow(SamplingParams(temperature=1.0, logit_bias={2: 100.0}), seed=0, position=0)
+    assert not greedy_row.params.plain_greedy
+    assert sample(logits, [greedy_row, sampled_row]) == [3, 2]
+    with pytest.raises(ValueError):
+        SamplingParams(logit_bias={1: 101.0})

@@ -28,6 +28,9 @@ def test_bench_serve_end_to_end(tmp_path: Path) -> None:
         )  # fmt: skip
     assert summary["completed"] == 24 and summary["failed"] == 0
     assert summary["request_goodput"] == summary["request_throughput"]  # SLOs of a minute: all good
+    # the server's own TTFT over the run (its /metrics) beside the client's
+    assert 0 < summary["server_mean_ttft_ms"] <= summary["mean_ttft_ms"] + 1.0
+    assert summary["client_minus_server_ttft_ms"] == summary["mean_ttft_ms"] - summary["server_mean_ttft_ms"]
     for key in ("mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "std_e2el_ms", "output_throughput"):
         assert math.isfinite(summary[key]), key
     frame = pd.read_parquet(out / "requests.parquet")

@@ -70,7 +70,7 @@ BAD_COMPLETIONS = [
     ({**GOOD, "regex": "a{40}", "max_tokens": 10}, "max_tokens"),
     ({**GOOD, "response_format": {"type": "json_schema"}}, "response_format"),
     ({**GOOD, "response_format": {"type": "yaml"}}, "response_format.type"),
-    ({**GOOD, "logit_bias": {"1": 5}}, "logit_bias"),
+    ({**GOOD, "logit_bias": {"not-a-token": 5}}, "logit_bias"),
     ({**GOOD, "suffix": "end"}, "suffix"),
     ({**GOOD, "best_of": 3}, "best_of"),
     ({**GOOD, "stream": "yes"}, "stream"),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 # The ranges every path (server, library, workloads) enforces; in them no float32 step of the
 # sampler can overflow. Temperature is 0 (greedy) or at least TEMPERATURE_MIN: tinier positive
@@ -16,6 +17,7 @@ REPETITION_PENALTY_MIN = 1e-2
 REPETITION_PENALTY_MAX = 10.0
 SEED_MIN = -(1 << 63)
 SEED_MAX = (1 << 64) - 1
+LOGIT_BIAS_MAX = 100.0  # OpenAI's bound: a bias lies in [-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX]
 
 
 def _check(name: str, value: float, low: float, high: float, low_open: bool = False, or_zero: bool = False) -> None:
@@ -34,7 +36,8 @@ class SamplingParams:
     ``temperature == 0`` is greedy; otherwise it lies in [TEMPERATURE_MIN, TEMPERATURE_MAX]. Every
     float is finite and within the module's ranges (checked at construction). Sampled requests
     draw from a generator seeded by ``(seed, position)``, so their tokens never depend on what else is in the batch.
-    ``plain_greedy``: greedy with no penalties and no logprobs, so the token is the logits' argmax.
+    ``logit_bias`` maps token ids to a bias added to their logits before anything else (OpenAI's).
+    ``plain_greedy``: greedy with no penalties, bias or logprobs, so the token is the logits' argmax.
     """
 
     max_tokens: int = 16
@@ -49,6 +52,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logprobs: int | None = None
+    logit_bias: Mapping[int, float] = field(default_factory=dict)  # kept as a read-only view
     n: int = 1  # parallel sampling: n sequences from one prompt, sharing its KV blocks (forge.sched.fork)
     plain_greedy: bool = field(init=False, repr=False, compare=False)
 
@@ -70,8 +74,14 @@ class SamplingParams:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}], got {self.seed}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
+        for token, bias in self.logit_bias.items():
+            if token < 0:
+                raise ValueError(f"logit_bias token ids must be >= 0, got {token}")
+            _check("logit_bias", bias, -LOGIT_BIAS_MAX, LOGIT_BIAS_MAX)
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        object.__setattr__(self, "plain_greedy", self.greedy and self.logprobs is None and not self.needs_penalties)
+        object.__setattr__(self, "logit_bias", MappingProxyType(dict(self.logit_bias)))
+        plain = self.greedy and self.logprobs is None and not self.needs_penalties and not self.logit_bias
+        object.__setattr__(self, "plain_greedy", plain)
 
     @property
     def greedy(self) -> bool:

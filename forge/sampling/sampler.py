@@ -47,6 +47,17 @@ def row_generator(seed: int, position: int, device: torch.device) -> torch.Gener
     return g
 
 
+def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``params.logit_bias`` added to its tokens' logits (ids past the vocabulary are skipped)."""
+    vocab = logits.shape[-1]
+    items = [(t, b) for t, b in params.logit_bias.items() if t < vocab]
+    if not items:
+        return logits
+    ids = torch.tensor([t for t, _ in items], dtype=torch.long, device=logits.device)
+    bias = torch.tensor([b for _, b in items], dtype=logits.dtype, device=logits.device)
+    return logits.index_add(-1, ids, bias)
+
+
 def apply_penalties(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
     """OpenAI presence/frequency penalties over output tokens; repetition penalty (CTRL) over
     prompt + output."""
@@ -102,6 +113,8 @@ def greedy_token(scores: torch.Tensor) -> int:
 
 def sample_row(logits: torch.Tensor, row: SampleRow) -> int:
     """One row's token (raises SamplingError when its scores leave no valid choice)."""
+    if row.params.logit_bias:
+        logits = apply_logit_bias(logits, row.params)
     if row.allowed is not None:
         logits = logits.masked_fill(~row.allowed, float("-inf"))
     if row.params.needs_penalties:
@@ -116,7 +129,9 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> list[int]:
     """One token per row of ``logits [len(rows), vocab]``; SamplingError if a row (other than a
     plain greedy one, which takes the argmax) has no valid choice."""
     plain_greedy = [
-        i for i, r in enumerate(rows) if r.params.greedy and not r.params.needs_penalties and r.allowed is None
+        i
+        for i, r in enumerate(rows)
+        if r.params.greedy and not r.params.needs_penalties and not r.params.logit_bias and r.allowed is None
     ]
     out = [0] * len(rows)
     if plain_greedy:

@@ -48,6 +48,7 @@ from forge.server.protocol import (
 )
 from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
 from forge.server.settings import ServerSettings
+from forge.server.tools import ToolStream, tool_plan
 from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
 
@@ -122,7 +123,7 @@ class Generation:
         self.queue: Stream = asyncio.Queue()
         self.choices = {f"{prefix}-{c.index}": c for c in choices}
         self.texts = {
-            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids)
+            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids, c.include_stop_str)
             for rid, c in self.choices.items()
         }
         self.pending: set[str] = set()
@@ -207,18 +208,23 @@ def _sse_response(
     head: list[dict[str, Any]] | None = None,
 ) -> StreamingResponse:
     """The SSE stream of one call: the ``head`` choices, one chunk per delta, an error chunk if the
-    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``."""
+    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``. With
+    ``stream_options.continuous_usage_stats`` every chunk carries the usage so far."""
     include_usage = options is not None and options.include_usage
+    continuous = options is not None and options.continuous_usage_stats
     extra = {"usage": None} if include_usage else {}
+
+    def so_far(n_out: int) -> dict[str, Any]:
+        return {"usage": usage(gen.prompt_tokens, n_out)} if continuous else extra
 
     async def stream() -> AsyncIterator[str]:
         for choice in head or []:
-            yield sse({**base, "choices": [choice], **extra})
+            yield sse({**base, "choices": [choice], **so_far(0)})
         n_out = 0
         try:
             async for c, text, d in gen.events():
                 n_out += len(d.token_ids)
-                yield sse({**base, "choices": [chunk_choice(c, text, d)], **extra})
+                yield sse({**base, "choices": [chunk_choice(c, text, d)], **so_far(n_out)})
         except APIError as err:
             yield sse(err.body())
         if include_usage:
@@ -281,36 +287,55 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
 async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     b = state.builder
     b.check_common(body)
-    if body.tools:
-        raise APIError("tools are not supported", param="tools")
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
+    plan = tool_plan(body, state.settings.tool_call_parser)
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    choices = await b.choices(body, [b.chat_prompt(body)], max_tokens, None, engine_logprobs)
+    prompt = b.chat_prompt(body, plan.tools if plan is not None else None)
+    spec = plan.spec if plan is not None else None
+    choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
     tok = b.tokenizer
     k = body.top_logprobs or 0
+    last = body.messages[-1]
+    echo = last.text() if body.echo and last.role == "assistant" else ""
 
     def lp(d: Delta) -> dict[str, Any] | None:
         return chat_logprobs(tok, d.token_ids, d.logprobs, k) if body.logprobs else None
 
     base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": state.model_name}
     if body.stream:
+        tool_streams = {c.index: ToolStream(plan) for c in choices} if plan is not None else {}
 
         def chunk(c: ChoiceSpec, _: ChoiceText, d: Delta) -> dict[str, Any]:
-            delta = {"content": d.text} if d.text else {}
-            return {"index": c.index, "delta": delta, "logprobs": lp(d), "finish_reason": d.finish_reason}
+            ts = tool_streams.get(c.index)
+            reason = d.finish_reason
+            # "" while text is held back (vLLM's shape, not an empty delta)
+            delta: dict[str, Any] = {"content": d.text if ts is None else ts.push(d.text)}
+            if ts is not None and reason is not None:
+                rest, calls = ts.finish()
+                delta["content"] += rest
+                if calls:
+                    delta["tool_calls"] = [call.body(i) for i, call in enumerate(calls)]
+                    reason = "tool_calls"
+            return {"index": c.index, "delta": delta, "logprobs": lp(d), "finish_reason": reason}
 
-        role = {"role": "assistant", "content": ""}
+        role = {"role": "assistant", "content": echo}
         head = [{"index": c.index, "delta": role, "logprobs": None, "finish_reason": None} for c in choices]
         return _sse_response(gen, base, body.stream_options, chunk, head)
 
     def whole(c: ChoiceSpec, d: Delta) -> dict[str, Any]:
-        message = {"role": "assistant", "content": d.text}
-        return {"index": c.index, "message": message, "logprobs": lp(d), "finish_reason": d.finish_reason}
+        content, calls = plan.parse(d.text) if plan is not None else (d.text, [])
+        message: dict[str, Any] = {"role": "assistant", "content": echo + content}
+        reason = d.finish_reason
+        if calls:
+            message["content"] = (echo + content) or None
+            message["tool_calls"] = [call.body() for call in calls]
+            reason = "tool_calls"
+        return {"index": c.index, "message": message, "logprobs": lp(d), "finish_reason": reason}
 
     return await _json_response(gen, {**base, "object": "chat.completion"}, whole)
 
@@ -417,9 +442,14 @@ def build_app(
             ids = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         else:
             chat_body = ChatCompletionRequest(
-                model=name, messages=body.messages or [], add_generation_prompt=body.add_generation_prompt
+                model=name,
+                messages=body.messages or [],
+                add_generation_prompt=body.add_generation_prompt,
+                tools=body.tools,
+                tool_choice="none" if body.tools else None,
             )
-            ids, _ = builder.chat_prompt(chat_body)
+            plan = tool_plan(chat_body, None)
+            ids, _ = builder.chat_prompt(chat_body, plan.tools if plan is not None else None)
         return {"tokens": ids, "count": len(ids), "max_model_len": limits.max_model_len}
 
     @app.post("/detokenize")

@@ -12,8 +12,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from forge.core.outputs import RequestOutput
-from forge.core.request import Request
-from forge.core.sampling_params import SamplingParams
+from forge.core.request import Request, TokenConstraint
+from forge.core.sampling_params import SEED_MAX, SamplingParams
+from forge.server.chat_messages import template_messages
+from forge.server.guided import guided_specs
+from forge.server.min_tokens import MinTokensConstraint
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.stops import StopMatcher
 from forge.structured.base import ConstraintSpec, Grammar, GrammarError
@@ -23,7 +26,7 @@ from forge.tokenizers.base import IncrementalDetokenizer, Tokenizer
 MAX_CHOICES = 256
 MAX_STOP_STRINGS = 16
 MAX_ECHOED_NAME = 64
-_SEED_MASK = (1 << 63) - 1
+MAX_LOGIT_BIAS = 300  # OpenAI's limit on logit_bias entries
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,16 @@ class ChoiceSpec:
     stop_strings: list[str]
     priority: int
     grammar: Grammar | None
+    min_tokens: int = 0
+    ending_ids: frozenset[int] = frozenset()
+    include_stop_str: bool = False
 
     def to_request(self, request_id: str) -> Request:
-        constraint = self.grammar.constraint(self.params.max_tokens) if self.grammar is not None else None
+        constraint: TokenConstraint | None = None
+        if self.grammar is not None:
+            constraint = self.grammar.constraint(self.params.max_tokens)
+        elif self.min_tokens:
+            constraint = MinTokensConstraint(self.min_tokens, self.ending_ids)
         return Request(
             request_id=request_id,
             prompt_token_ids=list(self.prompt_ids),
@@ -160,19 +170,54 @@ class RequestBuilder:
                 raise APIError("prompt must not be empty", param="prompt")
         return out
 
-    def chat_prompt(self, body: ChatCompletionRequest) -> tuple[list[int], str]:
+    def chat_prompt(
+        self, body: ChatCompletionRequest, tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[int], str]:
+        """The rendered chat (``tools`` given to the template). ``continue_final_message``: the
+        final assistant message is left open, to be continued (Hugging Face's rule: the render is
+        cut right after that message's text)."""
         if not body.messages:
             raise APIError("messages must not be empty", param="messages")
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        messages = template_messages(body.messages)
+        final = messages[-1]["content"].strip()
+        if body.continue_final_message:
+            if body.add_generation_prompt:
+                raise APIError(
+                    "continue_final_message needs add_generation_prompt=false", param="continue_final_message"
+                )
+            if messages[-1]["role"] != "assistant" or not final:
+                raise APIError(
+                    "continue_final_message needs a final assistant message with text", param="continue_final_message"
+                )
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=body.add_generation_prompt, tools=tools
+            )
         except ValueError as exc:
             raise APIError(f"chat template failed: {exc}", param="messages") from exc
+        if body.continue_final_message:
+            at = text.rfind(final)
+            if at < 0:
+                raise APIError("the template does not show the final message's text", param="continue_final_message")
+            text = text[: at + len(final)]
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         ids = self.tokenizer.encode(text, add_special_tokens=not has_template)
         if not ids:
             raise APIError("the rendered chat is empty", param="messages")
         return ids, text
+
+    def logit_bias(self, body: SamplingFields) -> dict[int, float]:
+        """``logit_bias`` with its keys (token ids as strings, OpenAI's form) checked and parsed."""
+        raw = body.logit_bias or {}
+        if len(raw) > MAX_LOGIT_BIAS:
+            raise APIError(f"logit_bias takes at most {MAX_LOGIT_BIAS} tokens", param="logit_bias")
+        out: dict[int, float] = {}
+        for key, bias in raw.items():
+            if not (key.isascii() and key.isdigit()) or len(key) > 20:
+                raise APIError(f"logit_bias key {key[:32]!r} is not a token id", param="logit_bias")
+            out[int(key)] = bias
+        self._check_ids(list(out), "logit_bias")
+        return out
 
     def _check_ids(self, ids: list[int], param: str) -> None:
         bad = [t for t in ids if not 0 <= t < self.limits.vocab_size]
@@ -182,7 +227,12 @@ class RequestBuilder:
     # -- everything else ----------------------------------------------------------------
     def check_common(self, body: SamplingFields) -> None:
         check_model(body.model, self.model_name)
+        body.check_known_fields()
         check_encodable(body)
+        if body.stream_options is not None and not body.stream:
+            raise APIError("stream_options needs stream=true", param="stream_options")
+        if body.seed is not None and body.seed + body.n - 1 > SEED_MAX:
+            raise APIError(f"seed + n - 1 must be at most {SEED_MAX} (choice j samples with seed + j)", param="seed")
         if not 1 <= body.n <= self.max_n:
             raise APIError(f"n={body.n} must be in [1, {self.max_n}]", param="n")
         _check_range("temperature", body.temperature, 0.0, 2.0)
@@ -193,8 +243,7 @@ class RequestBuilder:
         _check_range("repetition_penalty", body.repetition_penalty, 0.0, 10.0, low_open=True)
         if body.top_k is not None and body.top_k < -1:
             raise APIError(f"top_k={body.top_k} must be -1 (off), 0 (off) or positive", param="top_k")
-        if body.logit_bias:
-            raise APIError("logit_bias is not supported", param="logit_bias")
+        self.logit_bias(body)
         stops = body.stop_strings()
         if len(stops) > MAX_STOP_STRINGS or any(not s for s in stops):
             raise APIError(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings", param="stop")
@@ -205,11 +254,14 @@ class RequestBuilder:
         if body.stop_token_ids:
             self._check_ids(body.stop_token_ids, "stop_token_ids")
 
-    async def grammar(self, body: SamplingFields) -> Grammar | None:
-        """The request's grammar, compiled off the event loop within the structured compile budget."""
-        specs: list[tuple[str, ConstraintSpec]] = []
+    async def grammar(self, body: SamplingFields, tool_spec: ConstraintSpec | None = None) -> Grammar | None:
+        """The request's grammar, compiled off the event loop within the structured compile budget
+        (``tool_spec``: the one tool_choice required/named imposes)."""
+        specs: list[tuple[str, ConstraintSpec]] = [] if tool_spec is None else [("tool_choice", tool_spec)]
         rf = body.response_format
-        if rf is not None and rf.type == "json_object":
+        if rf is not None and rf.type == "json_object" and rf.schema_ is not None:
+            specs.append(("response_format", ConstraintSpec.json_schema(rf.schema_)))
+        elif rf is not None and rf.type == "json_object":
             specs.append(("response_format", ConstraintSpec.json_object()))
         elif rf is not None and rf.type == "json_schema":
             if rf.json_schema is None or rf.json_schema.schema_ is None:
@@ -219,10 +271,15 @@ class RequestBuilder:
             specs.append(("json_schema", ConstraintSpec.json_schema(body.json_schema)))
         if body.regex is not None:
             specs.append(("regex", ConstraintSpec.regex(body.regex)))
+        specs.extend(guided_specs(body))
         if not specs:
             return None
         if len(specs) > 1:
-            raise APIError("give at most one of response_format, json_schema and regex", param=specs[1][0])
+            raise APIError(
+                "give at most one structured-output field (response_format, json_schema, regex, guided_json, "
+                "guided_regex, guided_choice, structured_outputs)",
+                param=specs[1][0],
+            )
         param, spec = specs[0]
         if self.structured is None:
             raise APIError("structured output is not configured on this server", param=param)
@@ -240,12 +297,19 @@ class RequestBuilder:
         max_tokens: int | None,
         default_max_tokens: int | None,
         logprobs: int | None,
+        tool_spec: ConstraintSpec | None = None,
     ) -> list[ChoiceSpec]:
         if len(prompts) * body.n > MAX_CHOICES:
             raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
-        grammar = await self.grammar(body)
+        grammar = await self.grammar(body, tool_spec)
+        if body.min_tokens and (grammar is not None or body.stop_strings()):
+            raise APIError("min_tokens cannot be combined with stop strings or structured output", param="min_tokens")
+        logit_bias = self.logit_bias(body)
+        ending = frozenset(body.stop_token_ids or []) | (
+            frozenset() if body.ignore_eos else frozenset(self.tokenizer.eos_token_ids)
+        )
         top_k = body.top_k if body.top_k is not None and body.top_k > 0 else 0
         L = self.limits
         out: list[ChoiceSpec] = []
@@ -274,13 +338,15 @@ class RequestBuilder:
                     f"{L.kv_capacity_tokens}",
                     param="max_tokens",
                 )
+            if body.min_tokens > n_out:
+                raise APIError(f"min_tokens={body.min_tokens} exceeds max_tokens={n_out}", param="min_tokens")
             if grammar is not None and grammar.min_tokens > n_out:
                 raise APIError(
                     f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={n_out}",
                     param="max_tokens",
                 )
             for j in range(body.n):
-                seed = None if body.seed is None else (body.seed + j) & _SEED_MASK
+                seed = None if body.seed is None else body.seed + j
                 try:
                     params = SamplingParams(
                         max_tokens=n_out,
@@ -295,6 +361,7 @@ class RequestBuilder:
                         frequency_penalty=body.frequency_penalty,
                         repetition_penalty=body.repetition_penalty,
                         logprobs=logprobs,
+                        logit_bias=logit_bias,
                     )
                 except ValueError as exc:
                     raise APIError(str(exc)) from exc
@@ -308,6 +375,9 @@ class RequestBuilder:
                         stop_strings=body.stop_strings(),
                         priority=body.priority,
                         grammar=grammar,
+                        min_tokens=body.min_tokens,
+                        ending_ids=ending,
+                        include_stop_str=body.include_stop_str_in_output,
                     )
                 )
         return out
@@ -333,9 +403,16 @@ class Delta:
 
 class ChoiceText:
     """One choice's text as its tokens arrive. ``push`` returns what may be sent now; a matched
-    stop string ends the choice (``finish_reason="stop"``; the caller aborts the request)."""
+    stop string ends the choice (``finish_reason="stop"``; the caller aborts the request), and is
+    part of the text only with ``include_stop_str``."""
 
-    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str], stop_token_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        stop_strings: list[str],
+        stop_token_ids: Sequence[int],
+        include_stop_str: bool = False,
+    ) -> None:
         self.tokenizer = tokenizer
         self.matcher = StopMatcher(stop_strings) if stop_strings else None
         self.stop_token_ids = set(stop_token_ids)
@@ -345,6 +422,7 @@ class ChoiceText:
         self.sent = 0
         self.num_tokens = 0
         self.finish_reason: str | None = None
+        self.include_stop_str = include_stop_str
 
     def push(self, out: RequestOutput) -> Delta:
         new = list(out.new_token_ids)
@@ -369,9 +447,10 @@ class ChoiceText:
         if self.matcher is not None:
             hit = self.matcher.feed(text[self.matcher.fed :])
             if hit is not None:
-                out = text[self.sent : hit.start]
-                self.text = text[: hit.start]
-                self.sent = hit.start
+                end = hit.start + len(hit.stop) if self.include_stop_str else hit.start
+                out = text[self.sent : end]
+                self.text = text[:end]
+                self.sent = end
                 return out, True
             if not final:
                 limit = len(text) - self.matcher.hold

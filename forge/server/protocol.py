@@ -48,24 +48,47 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True)
+# OpenAI fields that change nothing forge returns (bookkeeping for OpenAI's platform): accepted
+# and ignored. Any other field a request model does not declare is refused with a 400 naming it.
+HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
+
+
+class Strict(BaseModel):
+    """A request part: strict types ("5" is not an int) and unknown fields refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class StreamOptions(Strict):
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
 
-class JSONSchemaFormat(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, strict=True)
+class JSONSchemaFormat(Strict):
+    model_config = ConfigDict(populate_by_name=True, strict=True, extra="forbid")
     name: str = "output"
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(strict=True)
+class ResponseFormat(Strict):
+    """``json_object`` may carry a ``schema`` (llama.cpp's form): the object must match it."""
+
+    model_config = ConfigDict(populate_by_name=True, strict=True, extra="forbid")
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class StructuredOutputs(Strict):
+    """vLLM's ``structured_outputs`` object: exactly one of its fields."""
+
+    json_: dict[str, Any] | bool | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    json_object: bool | None = None
+    model_config = ConfigDict(populate_by_name=True, strict=True, extra="forbid")
 
 
 class SamplingFields(BaseModel):
@@ -74,6 +97,8 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: str
+    min_tokens: int = Field(default=0, ge=0, le=INT64_MAX)
+    include_stop_str_in_output: bool = False
     max_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX)
     temperature: float | None = Field(
         default=None,
@@ -104,6 +129,18 @@ class SamplingFields(BaseModel):
     priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     json_schema: dict[str, Any] | bool | None = None
     regex: str | None = None
+    guided_json: dict[str, Any] | bool | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    structured_outputs: StructuredOutputs | None = None
+
+    def check_known_fields(self) -> None:
+        """Undeclared fields are refused (a field accepted and ignored would change what the
+        client gets without telling it), except OpenAI's bookkeeping ones (HARMLESS_FIELDS)."""
+        unknown = sorted(set(self.model_extra or {}) - HARMLESS_FIELDS)
+        if unknown:
+            shown = unknown[0][:64]
+            raise APIError(f"unsupported field {shown!r}", param=shown, code="unsupported_field")
 
     @field_validator("temperature")
     @classmethod
@@ -126,17 +163,49 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
 
 
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class ContentPart(Strict):
     type: str
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class ToolCallFunction(Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class FunctionDef(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -156,14 +225,19 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, le=INT64_MAX)  # >= 1: checked as max_tokens
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    echo: bool = False
 
 
 class TokenizeRequest(BaseModel):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[ToolDef] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 

@@ -19,13 +19,17 @@ def _top(entries: dict[int, float], k: int) -> list[tuple[int, float]]:
 def completion_logprobs(
     tokenizer: Tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], k: int, offset: int
 ) -> dict[str, Any]:
+    """Completions' logprobs: each token's top ``k`` plus the sampled token (up to k + 1 entries)."""
     tokens, lps, tops, offsets = [], [], [], []
     pos = offset
     for tok, entries in zip(token_ids, logprobs, strict=False):
         s = token_str(tokenizer, tok)
         tokens.append(s)
         lps.append(entries.get(tok))
-        tops.append({token_str(tokenizer, t): lp for t, lp in _top(entries, k)})
+        top = {token_str(tokenizer, t): lp for t, lp in _top(entries, k)}
+        if tok in entries:  # the sampled token is always among them (OpenAI's and vLLM's k + 1)
+            top[s] = entries[tok]
+        tops.append(top)
         offsets.append(pos)
         pos += len(s)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}

@@ -21,7 +21,10 @@ class ServerSettings:
     headers are not complete this long after it opened (or after the request's first byte) is
     closed. ``keep_alive_timeout_s``: idle keep-alive connections are closed after this long.
     ``max_header_bytes``: a request head still incomplete after this many bytes is refused
-    (uvicorn's ``h11_max_incomplete_event_size``)."""
+    (uvicorn's ``h11_max_incomplete_event_size``).
+    ``tool_call_parser``: how tool calls are read from the model's text (``hermes``,
+    ``llama3_json`` or ``mistral``; ``forge.server.tools.PARSERS``), like vLLM's
+    ``--tool-call-parser``; null: only ``tool_choice`` required/named calls are made."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -40,6 +43,7 @@ class ServerSettings:
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: float = 5.0
     max_header_bytes: int = 16 * 1024
+    tool_call_parser: str | None = "hermes"
 
     def __post_init__(self) -> None:
         self.api_keys = [str(k) for k in self.api_keys]
@@ -56,6 +60,12 @@ class ServerSettings:
             value = getattr(self, name)
             if not 0 < value < float("inf"):
                 raise ValueError(f"server.{name} must be a positive number of seconds, got {value}")
+        from forge.server.tools import PARSERS
+
+        if self.tool_call_parser is not None and self.tool_call_parser not in PARSERS:
+            raise ValueError(
+                f"server.tool_call_parser must be one of {sorted(PARSERS)} or null, got {self.tool_call_parser}"
+            )
         if not 0 <= self.shutdown_timeout_s < float("inf"):
             raise ValueError(f"server.shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
 

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 import torch
 
 from forge.core.request import Request
-from forge.sampling.sampler import SampleRow, apply_penalties, draw, processed_probs, row_generator, top_logprobs
+from forge.sampling.sampler import (
+    SampleRow,
+    apply_logit_bias,
+    apply_penalties,
+    draw,
+    processed_probs,
+    row_generator,
+    top_logprobs,
+)
 
 
 def verify(
@@ -63,7 +71,9 @@ def verify(
 
 
 def _row_scores(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
-    """The logits the sampler would act on for this row (constraint mask, then penalties)."""
+    """The logits the sampler would act on for this row (bias, constraint mask, then penalties)."""
+    if row.params.logit_bias:
+        logits = apply_logit_bias(logits, row.params)
     if row.allowed is not None:
         logits = logits.masked_fill(~row.allowed, float("-inf"))
     if row.params.needs_penalties:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -37,9 +38,19 @@ class Tokenizer(ABC):
                 out.append(tok)
         return out
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """Render a chat. Tokenizers without a template of their own use a plain transcript."""
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """Render a chat (``tools``: OpenAI tool definitions, given to the template as HF's
+        ``tools=``; messages may hold ``tool_calls`` and ``tool_call_id``). Tokenizers without a
+        template of their own use a plain transcript (tools and tool calls as JSON lines)."""
+        lines = [f"tools: {json.dumps(tools)}"] if tools else []
+        for m in messages:
+            lines.append(f"{m['role']}: {m['content']}")
+            lines.extend(f"tool_call: {json.dumps(c['function'])}" for c in m.get("tool_calls") or [])
         if add_generation_prompt:
             lines.append("assistant:")
         return "\n".join(lines)
