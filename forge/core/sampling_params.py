@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # The ranges every path (server, library, workloads) enforces; in them no float32 step of the
 # sampler can overflow. Temperature is 0 (greedy) or at least TEMPERATURE_MIN: tinier positive
@@ -32,6 +34,11 @@ class SamplingParams:
     float is finite and within the module's ranges (checked at construction). Sampled requests
     draw from a generator seeded by ``(seed, position)``, so their tokens never depend on what else is in the batch.
     ``plain_greedy``: greedy with no penalties and no logprobs, so the token is the logits' argmax.
+
+    ``stop``, ``json_schema`` and ``regex`` concern the text, which the engine never sees: the caller
+    that turns tokens into text applies them (``forge.llm.LLM`` does: a stop string ends the output and
+    is not part of it; a JSON schema or regex is compiled into the request's constraint). The engine
+    itself stops only on ``stop_token_ids``, EOS and ``max_tokens``.
     """
 
     max_tokens: int = 16
@@ -47,6 +54,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: int | None = None
     n: int = 1  # parallel sampling: n sequences from one prompt, sharing its KV blocks (forge.sched.fork)
+    stop: list[str] = field(default_factory=list)  # strings that end the output (never part of its text)
+    json_schema: Mapping[str, Any] | bool | None = None  # the output is JSON matching this schema
+    regex: str | None = None  # the output matches this regular expression
     plain_greedy: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,12 +78,22 @@ class SamplingParams:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}], got {self.seed}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
+        if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if self.json_schema is not None and self.regex is not None:
+            raise ValueError("give at most one of json_schema and regex")
         object.__setattr__(self, "stop_token_ids", list(self.stop_token_ids))
+        object.__setattr__(self, "stop", list(self.stop))
         object.__setattr__(self, "plain_greedy", self.greedy and self.logprobs is None and not self.needs_penalties)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def structured(self) -> bool:
+        """The output must match ``json_schema`` or ``regex``."""
+        return self.json_schema is not None or self.regex is not None
 
     @property
     def needs_penalties(self) -> bool:
