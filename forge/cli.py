@@ -11,7 +11,7 @@
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
 
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
-and the command exits with status 2; ``FORGE_FULL_ERROR=1`` shows its traceback instead.
+and the command exits with status 2; ``FORGE_FULL_ERROR=1`` (or ``HYDRA_FULL_ERROR=1``) shows its traceback.
 
 The benchmark clients live in the checkout's ``benchmarks/`` package, not in the installed ``forge``
 package: forge is installed editable from its checkout (``conf/``, the Hydra config every command
@@ -57,7 +57,8 @@ def print_config_error(exc: ConfigError) -> None:
 
 
 def full_errors_wanted() -> bool:
-    return os.environ.get("FORGE_FULL_ERROR", "") not in ("", "0")
+    """``FORGE_FULL_ERROR=1`` (or Hydra's ``HYDRA_FULL_ERROR=1``): show a ConfigError's traceback."""
+    return any(os.environ.get(name, "") not in ("", "0") for name in ("FORGE_FULL_ERROR", "HYDRA_FULL_ERROR"))
 
 
 def _run_job(cfg: Any, run_dir: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.config import validate
+from forge.config import ConfigError, validate
 from forge.engine.build import build_engine, default_sampling, workload_requests
 from forge.results.metrics import summarize
 from forge.results.redact import redact_config
@@ -35,6 +35,10 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     engine = build_engine(cfg)
     default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
     requests = workload_requests(cfg, engine)
+    for request in requests:  # the workload is config: a request that can never run is a config error
+        refusal = engine.scheduler.refusal(request)
+        if refusal is not None:
+            raise ConfigError(f"workload: {refusal}")
     engine.run(requests, progress=cfg.progress)
     rec = engine.recorder
     req_df, step_df = rec.requests_frame(), rec.steps_frame()
