@@ -150,7 +150,9 @@ def bench_command(argv: Sequence[str]) -> None:
     if str(CHECKOUT) not in sys.path:
         sys.path.insert(0, str(CHECKOUT))
     module = importlib.import_module(module_name)
-    module.main(list(argv[1:]))
+    status = module.main(list(argv[1:]))
+    if isinstance(status, int) and status != 0:  # a gate's verdict (forge bench regress)
+        sys.exit(status)
 
 
 def sweep_command(argv: Sequence[str]) -> None:
