@@ -1,6 +1,11 @@
 """forge: a research testbed for LLM inference serving."""
 
+from typing import TYPE_CHECKING
+
 from forge.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # for type checkers; at run time LLM is imported on first use (__getattr__)
+    from forge.llm import LLM
 
 __all__ = ["LLM", "SamplingParams"]
 

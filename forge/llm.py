@@ -9,7 +9,7 @@ bounded compile pool is not needed)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from forge.sched.fork import sibling_ids
 if TYPE_CHECKING:
     from forge.structured.base import StructuredBackend
 
-Prompts = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]]
+Prompts = str | Sequence[int] | Sequence[str | Sequence[int]]
 Message = Mapping[str, Any]
 
 
@@ -96,7 +96,7 @@ class LLM:
 
     def stream(
         self, prompts: Prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None
-    ) -> Iterator[CompletionDelta]:
+    ) -> Generator[CompletionDelta, None, None]:
         """``generate`` as an iterator of deltas, step by step (text held back while it could be the
         start of a stop string). Closing the iterator early aborts the outputs still running."""
         return self._drive(self._requests(prompts, sampling_params))
@@ -171,7 +171,7 @@ class LLM:
         return self._structured
 
     # -- the step loop ---------------------------------------------------------------------------
-    def _drive(self, requests: list[Request]) -> Iterator[CompletionDelta]:
+    def _drive(self, requests: list[Request]) -> Generator[CompletionDelta, None, None]:
         from forge.server.generation import ChoiceText
 
         choices: dict[str, tuple[int, ChoiceText]] = {}
