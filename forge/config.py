@@ -4,7 +4,8 @@ Hydra is the only registry: every option is ``conf/<group>/<name>.yaml`` with a 
 The top-level schema is typed (a typo or a wrong type in ``engine`` fails at compose time);
 struct mode rejects unknown keys in every group; ``validate`` checks the composed config's keys
 against the schema (``+engine.foo=1`` adds a key struct mode cannot refuse), each option's keys and
-scalar types against its target's signature, and the model's dtype, before anything is built."""
+scalar types against its target's signature, the model's dtype, the KV pool's sizes and the clock's
+model preset: everything the config alone decides, before anything is built or loaded."""
 
 from __future__ import annotations
 
@@ -136,6 +137,35 @@ def _check_model_dtypes(cfg: DictConfig) -> None:
             raise ConfigError(f"{path}.dtype={node.dtype!r}: not a model dtype (valid: {', '.join(MODEL_DTYPES)})")
 
 
+def _check_kvcache_sizes(cfg: DictConfig) -> None:
+    """The pool's sizes, which the engine would otherwise only check after loading the model."""
+    kv = cfg.get("kvcache")
+    if not isinstance(kv, DictConfig):
+        return
+    block_size = kv.get("block_size")
+    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
+        raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
+    num_blocks = kv.get("num_blocks")
+    if num_blocks is not None and num_blocks != "auto" and (not isinstance(num_blocks, int) or num_blocks < 1):
+        raise ConfigError(f"kvcache.num_blocks must be >= 1, got {num_blocks!r} (or auto: sized from memory)")
+    cpu_blocks = kv.get("num_cpu_blocks")
+    if cpu_blocks is not None and (not isinstance(cpu_blocks, int) or cpu_blocks < 0):
+        raise ConfigError(f"kvcache.num_cpu_blocks must be null or an integer >= 0, got {cpu_blocks!r}")
+
+
+def _check_clock_presets(cfg: DictConfig) -> None:
+    """``clock.model`` names a dims preset; an unknown one would only fail once the model is loaded."""
+    clock = cfg.get("clock")
+    preset = clock.get("model", "auto") if isinstance(clock, DictConfig) else "auto"
+    if preset in (None, "auto"):
+        return
+    from forge.models.presets import MODEL_PRESETS
+
+    if preset not in MODEL_PRESETS:
+        valid = ", ".join(["auto", *sorted(MODEL_PRESETS)])
+        raise ConfigError(f"clock.model={preset!r}: not a model preset (valid: {valid})")
+
+
 def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:
     """The engine's ``max_model_len`` for a model whose context length is ``model_max_len``: the
     configured value, which may not exceed the model's, or (null) the default capped at the model's."""
@@ -157,6 +187,8 @@ def validate(cfg: DictConfig) -> None:
         if node is not None:
             _check_node(group, node)
     _check_model_dtypes(cfg)
+    _check_kvcache_sizes(cfg)
+    _check_clock_presets(cfg)
     e = cfg.engine
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if e[name] is not None and e[name] < 1:

@@ -1,11 +1,17 @@
-"""Offline use as a library, the way vLLM users do it."""
+"""Offline use as a library, the way vLLM users do it: ``generate``, ``chat`` and ``stream``.
+
+Text-level options of ``SamplingParams`` are applied here, where tokens become text: ``stop``
+strings end an output and are never part of its text (its ``token_ids`` keep every generated token,
+as vLLM's do); ``json_schema`` / ``regex`` are compiled by the configured ``structured`` backend into
+the request's constraint, in this process (a library caller gives its own schemas, so the server's
+bounded compile pool is not needed)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge.config import compose_config
 from forge.core.request import Request
@@ -13,6 +19,12 @@ from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, default_sampling
 from forge.engine.engine import Engine
 from forge.sched.fork import sibling_ids
+
+if TYPE_CHECKING:
+    from forge.structured.base import StructuredBackend
+
+Prompts = str | Sequence[int] | Sequence[str | Sequence[int]]
+Message = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -24,6 +36,18 @@ class CompletionOutput:
     finish_reason: str | None
 
 
+@dataclass(frozen=True)
+class CompletionDelta:
+    """What one output gained in one engine step. ``index``: the output's position in what
+    ``generate`` would return; ``finish_reason`` is set on the output's last delta only."""
+
+    index: int
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+
+
 class LLM:
     """``LLM("model=tiny", "kvcache=naive")`` takes the same overrides as ``python run.py``."""
 
@@ -32,15 +56,75 @@ class LLM:
         self.engine: Engine = build_engine(self.config)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
+        self._structured: StructuredBackend | None = None
 
     def generate(
         self,
-        prompts: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]],
+        prompts: Prompts,
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
     ) -> list[CompletionOutput]:
         """One output per prompt, in order (``n`` consecutive ones for ``SamplingParams.n = n``).
         A prompt is a string or a list of token ids."""
+        requests = self._requests(prompts, sampling_params)
+        texts: dict[int, list[str]] = {}
+        ids: dict[int, list[int]] = {}
+        reasons: dict[int, str | None] = {}
+        rids: dict[int, str] = {}
+        from tqdm import tqdm
+
+        total = sum(len(sibling_ids(r)) for r in requests)
+        with tqdm(total=total, disable=not use_tqdm, unit="req", desc="forge") as bar:
+            for delta in self._drive(requests):
+                texts.setdefault(delta.index, []).append(delta.text)
+                ids.setdefault(delta.index, []).extend(delta.token_ids)
+                rids[delta.index] = delta.request_id
+                if delta.finish_reason is not None:
+                    reasons[delta.index] = delta.finish_reason
+                    bar.update(1)
+        prompt_of = {rid: r.prompt_token_ids for r in requests for rid in sibling_ids(r)}
+        return [
+            CompletionOutput(
+                request_id=rids[i],
+                prompt_token_ids=prompt_of[rids[i]],
+                token_ids=ids[i],
+                text="".join(texts[i]),
+                finish_reason=reasons.get(i),
+            )
+            for i in sorted(rids)
+        ]
+
+    def stream(
+        self, prompts: Prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None
+    ) -> Generator[CompletionDelta, None, None]:
+        """``generate`` as an iterator of deltas, step by step (text held back while it could be the
+        start of a stop string). Closing the iterator early aborts the outputs still running."""
+        return self._drive(self._requests(prompts, sampling_params))
+
+    def chat(
+        self,
+        messages: Sequence[Message] | Sequence[Sequence[Message]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        add_generation_prompt: bool = True,
+        use_tqdm: bool = False,
+    ) -> list[CompletionOutput]:
+        """The assistant's reply to one conversation (a list of ``{"role", "content"}`` messages) or
+        to each of several, rendered with the model's chat template (a plain transcript for
+        tokenizers without one) as the server's ``/v1/chat/completions`` does."""
+        single = len(messages) > 0 and isinstance(messages[0], Mapping)
+        conversations: list[Any] = [messages] if single else list(messages)
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        prompts = []
+        for conversation in conversations:
+            text = self.tokenizer.apply_chat_template([dict(m) for m in conversation], add_generation_prompt)
+            prompts.append(self.tokenizer.encode(text, add_special_tokens=not has_template))
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _requests(
+        self, prompts: Prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None
+    ) -> list[Request]:
+        """Every request checked and built (constraints compiled) before any reaches the engine."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
         batch: list[Any] = [prompts] if single else list(prompts)
         if sampling_params is None:
@@ -53,18 +137,69 @@ class LLM:
         requests = []
         for prompt, p in zip(batch, params, strict=True):
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-            requests.append(Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0))
-        finals = self.engine.run(requests, progress=use_tqdm)
-        outputs = []
-        for req, rid in ((r, rid) for r in requests for rid in sibling_ids(r)):
-            out = finals[rid]
-            outputs.append(
-                CompletionOutput(
-                    request_id=rid,
-                    prompt_token_ids=req.prompt_token_ids,
-                    token_ids=list(out.token_ids),
-                    text=self.tokenizer.decode(out.token_ids),
-                    finish_reason=out.finish_reason,
-                )
+            request = Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0)
+            if p.structured:
+                request.constraint = self._constraint(p, len(ids))
+            requests.append(request)
+        return requests
+
+    def _constraint(self, params: SamplingParams, prompt_len: int) -> Any:
+        from forge.structured.base import ConstraintSpec, GrammarError
+
+        if params.n > 1:
+            raise ValueError("structured output (json_schema / regex) takes n = 1; give the prompt n times instead")
+        if params.json_schema is not None:
+            spec = ConstraintSpec.json_schema(params.json_schema)
+        else:
+            spec = ConstraintSpec.regex(str(params.regex))
+        grammar = self._structured_backend().compile(spec)
+        budget = min(params.max_tokens, self.engine.scheduler.limits.max_model_len - prompt_len)
+        if grammar.min_tokens > budget:
+            raise GrammarError(
+                f"the shortest output matching {spec.description} needs {grammar.min_tokens} tokens; "
+                f"max_tokens={params.max_tokens}"
             )
-        return outputs
+        return grammar.constraint(budget)
+
+    def _structured_backend(self) -> StructuredBackend:
+        if self._structured is None:
+            from hydra.utils import instantiate
+
+            if self.config.get("structured") is None:
+                raise ValueError("structured output needs a structured backend (structured=outlines or xgrammar)")
+            self._structured = instantiate(self.config.structured)(tokenizer=self.tokenizer)
+        return self._structured
+
+    # -- the step loop ---------------------------------------------------------------------------
+    def _drive(self, requests: list[Request]) -> Generator[CompletionDelta, None, None]:
+        from forge.server.generation import ChoiceText
+
+        choices: dict[str, tuple[int, ChoiceText]] = {}
+        for request in requests:
+            p = request.sampling_params
+            for rid in sibling_ids(request):
+                choices[rid] = (len(choices), ChoiceText(self.tokenizer, list(p.stop), p.stop_token_ids))
+        now = self.engine.clock.now()
+        for request in requests:
+            request.arrival_time = now
+            self.engine.add_request(request)
+        running = set(choices)
+        try:
+            while running:
+                if not self.engine.has_unfinished():
+                    raise RuntimeError(f"the engine finished without {sorted(running)}")
+                for out in self.engine.step():
+                    if out.request_id not in running:
+                        continue
+                    index, choice = choices[out.request_id]
+                    delta = choice.push(out)
+                    done = out.finished or delta.finish_reason is not None
+                    if done:
+                        running.discard(out.request_id)
+                        if not out.finished:  # a stop string ended it: the engine would go on
+                            self.engine.abort(out.request_id)
+                    yield CompletionDelta(index, out.request_id, delta.text, delta.token_ids, delta.finish_reason)
+        finally:
+            for rid in running:
+                self.engine.abort(rid)
+        self.engine.check_idle()

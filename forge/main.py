@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.config import validate
+from forge.config import ConfigError, validate
 from forge.engine.build import build_engine, default_sampling, workload_requests
 from forge.results.metrics import summarize
 from forge.results.redact import redact_config
@@ -30,11 +31,32 @@ def git_commit() -> str:
         return "unknown"
 
 
+def oversubscription_warning(load_average: float, cores: int) -> str | None:
+    """A warning when the machine is busier than its cores (1-minute load average above them):
+    wall-clock timings then measure the neighbours too."""
+    if load_average <= cores:
+        return None
+    return (
+        f"the machine was oversubscribed at the start (load average {load_average:.1f} on {cores} cores): "
+        "wall-clock latencies include waiting for a core; rerun on an idle machine, use clock=simulated, "
+        "or pin torch to fewer threads (backend.num_threads=1)"
+    )
+
+
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     validate(cfg)
     engine = build_engine(cfg)
+    warnings = []
+    if not engine.clock.simulated:
+        busy = oversubscription_warning(os.getloadavg()[0], os.cpu_count() or 1)
+        if busy is not None:
+            warnings.append(busy)
     default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
     requests = workload_requests(cfg, engine)
+    for request in requests:  # the workload is config: a request that can never run is a config error
+        refusal = engine.scheduler.refusal(request)
+        if refusal is not None:
+            raise ConfigError(f"workload: {refusal}")
     engine.run(requests, progress=cfg.progress)
     rec = engine.recorder
     req_df, step_df = rec.requests_frame(), rec.steps_frame()
@@ -45,6 +67,8 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
     summary["commit"] = git_commit()
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
+    if warnings:
+        summary["warnings"] = warnings
     run_dir.mkdir(parents=True, exist_ok=True)
     req_df.to_parquet(run_dir / "requests.parquet")
     step_df.to_parquet(run_dir / "steps.parquet")
@@ -79,4 +103,5 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{'prefix cache hit rate':<28}{rate:.1%}")
     if "spec_acceptance_rate" in summary:
         lines.append(f"{'spec acceptance rate':<28}{summary['spec_acceptance_rate']:.1%}")
+    lines.extend(f"warning: {w}" for w in summary.get("warnings", []))
     return "\n".join(lines)

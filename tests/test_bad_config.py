@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from gguf import GGUFReader, ReaderTensor
 from gguf_fixtures import write_tiny_gguf
 
@@ -192,3 +194,70 @@ def test_run_py_reports_a_truncated_gguf_as_a_config_error(tmp_path: Path) -> No
         f"config error: model: {path}: truncated: tensor {tensors[-1].name!r} needs bytes "
         f"[{tensors[-1].data_offset}, {len(data)}) but the file has {len(data) - 100}"
     )
+
+
+# -- checks made from the config alone run before anything is loaded (issue 23) -----------------
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["kvcache.block_size=-4"], "kvcache.block_size must be an integer >= 1, got -4"),
+        (["kvcache=naive", "kvcache.block_size=0"], "kvcache.block_size must be an integer >= 1, got 0"),
+        (["kvcache.num_blocks=0"], "kvcache.num_blocks must be >= 1, got 0 (or auto: sized from memory)"),
+        (["kvcache.num_cpu_blocks=-1"], "kvcache.num_cpu_blocks must be null or an integer >= 0, got -1"),
+        (["clock=simulated", "clock.model=llama-9"], "clock.model='llama-9': not a model preset (valid: auto, "),
+    ],
+)
+def test_config_alone_errors_are_found_at_compose_time(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        compose_config(overrides)
+    assert str(info.value).startswith(message)
+
+
+def test_a_bad_pool_size_is_reported_before_the_model_is_loaded(tmp_path: Path) -> None:
+    """The model file does not exist: had the model been loaded first, that would be the error."""
+    missing = tmp_path / "absent.gguf"
+    proc = _run_py("model=gguf", f"model.path={missing}", "kvcache.block_size=-4", run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "config error: kvcache.block_size must be an integer >= 1, got -4"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model=synthetic", "kvcache.num_blocks=2"],
+            "config error: workload: request req-000000 may need 254 tokens of KV but the whole cache holds 32 "
+            "(kvcache.num_blocks=2 x block_size=16)",
+        ),
+        (["model=synthetic", "clock=simulated", "clock.model=llama-9"], "config error: clock.model='llama-9'"),
+    ],
+)
+def test_run_py_reports_a_pool_too_small_or_an_unknown_preset_in_one_line(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    proc = _run_py(*overrides, "workload.num_requests=2", run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith(message), proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_run_py_says_in_one_line_that_backend_cuda_needs_cuda(tmp_path: Path) -> None:
+    proc = _run_py("model=synthetic", "backend=cuda", run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: backend: backend=cuda cannot run on this machine")
+    assert "backend=torch" in lines[0]
+
+
+def test_full_error_switch_shows_the_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "run.py", "kvcache.block_size=-4", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FORGE_FULL_ERROR": "1"},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "ConfigError: kvcache.block_size must be" in proc.stderr

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import re
 import subprocess
 import sys
+
+import jsonschema
+import pytest
 
 from forge import LLM, SamplingParams
 
@@ -10,7 +16,8 @@ from forge import LLM, SamplingParams
 def test_generate_strings_and_token_lists() -> None:
     llm = LLM("model=tiny", "kvcache=naive")
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
-    outs = llm.generate(["Hello, forge", [256, 72, 105]], params)
+    prompts: list[str | list[int]] = ["Hello, forge", [256, 72, 105]]
+    outs = llm.generate(prompts, params)
     assert len(outs) == 2
     for out in outs:
         assert len(out.token_ids) == 8
@@ -52,3 +59,94 @@ def test_unseeded_sampling_is_the_same_in_every_process() -> None:
         assert done.returncode == 0, done.stderr
         outs.append(done.stdout.strip().splitlines()[-1])
     assert outs[0] == outs[1]
+
+
+# -- library parity with the server: stop strings, streaming, chat, structured output (issue 23) -----
+GREEDY = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+
+
+def _ascii_pair(text: str, start: int) -> str:
+    """The first two printable ASCII characters in a row at or after ``start``."""
+    for i in range(start, len(text) - 1):
+        if text[i : i + 2].isascii() and text[i : i + 2].isprintable():
+            return text[i : i + 2]
+    raise AssertionError(f"no printable ASCII pair in {text!r}")
+
+
+def test_stop_strings_end_the_text_and_are_never_emitted() -> None:
+    llm = LLM("model=synthetic")
+    free = llm.generate("hello there", GREEDY)[0]
+    stop = _ascii_pair(free.text, 4)
+    cut = free.text.index(stop)
+    stopped = llm.generate("hello there", dataclasses.replace(GREEDY, stop=["never-there", stop]))[0]
+    assert stopped.text == free.text[:cut]
+    assert stop not in stopped.text
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
+    assert len(stopped.token_ids) < len(free.token_ids)
+    streamed = "".join(d.text for d in llm.stream("hello there", dataclasses.replace(GREEDY, stop=[stop])))
+    assert streamed == stopped.text
+    assert not llm.engine.has_unfinished()
+
+
+def test_sampling_params_refuse_bad_text_options() -> None:
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=[""])
+    with pytest.raises(ValueError, match="at most one"):
+        SamplingParams(json_schema={"type": "object"}, regex="a+")
+
+
+def test_stream_yields_what_generate_returns() -> None:
+    llm = LLM("model=synthetic")
+    params = [GREEDY, dataclasses.replace(GREEDY, max_tokens=7, n=2, temperature=1.0, seed=3)]
+    whole = llm.generate(["one prompt", "another"], params)
+    deltas = list(llm.stream(["one prompt", "another"], params))
+    assert {d.index for d in deltas} == {0, 1, 2}
+    for index, out in enumerate(whole):
+        mine = [d for d in deltas if d.index == index]
+        assert "".join(d.text for d in mine) == out.text
+        assert [t for d in mine for t in d.token_ids] == out.token_ids
+        assert [d.finish_reason for d in mine] == [None] * (len(mine) - 1) + ["length"]
+    assert len([d for d in deltas if d.index == 0]) > 1  # one delta per step, not one at the end
+
+
+def test_closing_a_stream_early_aborts_its_requests() -> None:
+    llm = LLM("model=synthetic")
+    stream = llm.stream(["a", "b"], GREEDY)
+    next(stream)
+    assert llm.engine.has_unfinished()
+    stream.close()
+    assert not llm.engine.has_unfinished()
+    assert len(llm.generate("c", GREEDY)[0].token_ids) == GREEDY.max_tokens
+
+
+def test_chat_renders_the_chat_template() -> None:
+    llm = LLM("model=tiny")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    reply = llm.chat(messages, GREEDY)
+    prompt = llm.tokenizer.encode(llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    assert reply[0].prompt_token_ids == prompt
+    assert reply[0].token_ids == llm.generate([prompt], GREEDY)[0].token_ids
+    both = llm.chat([messages, [{"role": "user", "content": "Other"}]], GREEDY)
+    assert [o.token_ids for o in both[:1]] == [reply[0].token_ids] and len(both) == 2
+
+
+def test_generate_with_a_regex_or_json_schema_matches_it() -> None:
+    llm = LLM("model=tiny")
+    out = llm.generate("Phone:", SamplingParams(max_tokens=24, temperature=0.0, regex=r"[0-9]{3}-[a-c]+"))[0]
+    assert re.fullmatch(r"[0-9]{3}-[a-c]+", out.text), out.text
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+    out = llm.generate("JSON:", SamplingParams(max_tokens=64, temperature=0.0, json_schema=schema))[0]
+    jsonschema.validate(json.loads(out.text), schema)
+
+
+def test_structured_output_that_cannot_fit_max_tokens_is_refused_before_running() -> None:
+    llm = LLM("model=tiny")
+    with pytest.raises(ValueError, match="needs"):
+        llm.generate("x", SamplingParams(max_tokens=2, regex=r"[0-9]{10}"))
+    assert not llm.engine.has_unfinished()

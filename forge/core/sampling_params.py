@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 # The ranges every path (server, library, workloads) enforces; in them no float32 step of the
 # sampler can overflow. Temperature is 0 (greedy) or at least TEMPERATURE_MIN: tinier positive
@@ -38,6 +39,11 @@ class SamplingParams:
     draw from a generator seeded by ``(seed, position)``, so their tokens never depend on what else is in the batch.
     ``logit_bias`` maps token ids to a bias added to their logits before anything else (OpenAI's).
     ``plain_greedy``: greedy with no penalties, bias or logprobs, so the token is the logits' argmax.
+
+    ``stop``, ``json_schema`` and ``regex`` concern the text, which the engine never sees: the caller
+    that turns tokens into text applies them (``forge.llm.LLM`` does: a stop string ends the output and
+    is not part of it; a JSON schema or regex is compiled into the request's constraint). The engine
+    itself stops only on ``stop_token_ids``, EOS and ``max_tokens``.
     """
 
     max_tokens: int = 16
@@ -54,6 +60,9 @@ class SamplingParams:
     logprobs: int | None = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)  # kept as a read-only view
     n: int = 1  # parallel sampling: n sequences from one prompt, sharing its KV blocks (forge.sched.fork)
+    stop: Sequence[str] = ()  # strings that end the output (never part of its text); kept as a tuple
+    json_schema: Mapping[str, Any] | bool | None = None  # the output is JSON matching this schema
+    regex: str | None = None  # the output matches this regular expression
     plain_greedy: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,7 +87,12 @@ class SamplingParams:
             if token < 0:
                 raise ValueError(f"logit_bias token ids must be >= 0, got {token}")
             _check("logit_bias", bias, -LOGIT_BIAS_MAX, LOGIT_BIAS_MAX)
+        if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if self.json_schema is not None and self.regex is not None:
+            raise ValueError("give at most one of json_schema and regex")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(self.logit_bias)))
         plain = self.greedy and self.logprobs is None and not self.needs_penalties and not self.logit_bias
         object.__setattr__(self, "plain_greedy", plain)
@@ -86,6 +100,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def structured(self) -> bool:
+        """The output must match ``json_schema`` or ``regex``."""
+        return self.json_schema is not None or self.regex is not None
 
     @property
     def needs_penalties(self) -> bool:

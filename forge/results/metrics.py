@@ -5,15 +5,17 @@ from __future__ import annotations
 import itertools
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
 from forge.kvcache.base import KVUsage
 from forge.sched.step_outputs import StepOutputs
+
+if TYPE_CHECKING:  # pandas is imported where frames are built: the serving path never builds one
+    import pandas as pd
 
 
 @dataclass
@@ -142,6 +144,8 @@ class MetricsRecorder:
 
     def requests_frame(self) -> pd.DataFrame:
         """One row per request; built column-wise (a 10,000-request run has millions of token times)."""
+        import pandas as pd
+
         tls = list(self.requests.values())
         lens = np.fromiter((len(tl.token_times) for tl in tls), dtype=np.int64, count=len(tls))
         ends = np.cumsum(lens)
@@ -185,6 +189,8 @@ class MetricsRecorder:
         )
 
     def steps_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         if not self.steps:
             return pd.DataFrame([asdict(s) for s in self.steps])
         columns = [f.name for f in fields(StepRecord)]

@@ -76,15 +76,30 @@ def plot_batch(steps: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
+def kv_axis_top(steps: pd.DataFrame) -> float:
+    """The KV plot's y-axis top in % of the pool: the peak of the plotted parts plus 20%, rounded up
+    to 1, 2 or 5 times a power of ten (at most 100), so a run that uses 0.5% of its pool shows its shape."""
+    total = steps["kv_total_slots"].replace(0, np.nan)
+    used = sum((100 * steps[col] / total for col, _ in KV_PARTS), pd.Series(0.0, index=steps.index))
+    peak = float(used.max()) if used.notna().any() else 0.0
+    if not peak > 0:
+        return 100.0
+    wanted = peak * 1.2
+    scale = 10.0 ** np.floor(np.log10(wanted))
+    top = next(m * scale for m in (1, 2, 5, 10) if m * scale >= wanted)
+    return float(min(100.0, top))
+
+
 def plot_kv(steps: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4))
     total = steps["kv_total_slots"].replace(0, np.nan)
     parts = [100 * steps[col] / total for col, _ in KV_PARTS]
     ax.stackplot(steps["end_time"], *parts, labels=[label for _, label in KV_PARTS])
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, kv_axis_top(steps))
     ax.set_xlabel("time (s)")
     ax.set_ylabel("% of KV slots")
-    ax.set_title("KV cache usage over time")
+    pool = int(steps["kv_total_slots"].max()) if len(steps) else 0
+    ax.set_title(f"KV cache usage over time (pool: {pool:,} token slots; axis scaled to the used range)")
     ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -110,9 +125,10 @@ def write_report(run_dir: Path | str) -> Path:
         f"commit `{summary.get('commit', '?')}`, machine `{summary.get('machine', '?')}`, "
         f"clock: {summary.get('clock', '?')}. Config: `config.yaml` in this directory.",
         "",
+        *[f"> **warning:** {w}\n" for w in summary.get("warnings", [])],
         "| metric | value |",
         "|---|---|",
-        *[f"| {k} | {_fmt(v)} |" for k, v in sorted(summary.items()) if k not in ("commit", "machine")],
+        *[f"| {k} | {_fmt(v)} |" for k, v in sorted(summary.items()) if k not in ("commit", "machine", "warnings")],
         "",
         "## Latency CDFs",
         "![latency CDFs](latency_cdf.png)",

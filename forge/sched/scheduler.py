@@ -47,24 +47,31 @@ class Scheduler:
     def add_request(self, request: Request, forks: Sequence[Request] = ()) -> None:
         """``forks``: children sampling from the same prompt (``n > 1``); once ``request`` has
         computed its prompt each child shares its KV blocks (copy-on-write) and runs on its own."""
-        if request.num_tokens + 1 > self.limits.max_model_len:
-            raise ValueError(
-                f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
-                f"to generate within engine.max_model_len={self.limits.max_model_len}"
-            )
-        need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
-        capacity = self.kv.num_blocks * self.kv.block_size
-        if need > capacity:
-            raise ValueError(
-                f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
-                f"{capacity} (kvcache.num_blocks={self.kv.num_blocks} x block_size={self.kv.block_size})"
-            )
+        refusal = self.refusal(request)
+        if refusal is not None:
+            raise ValueError(refusal)
         request.status = RequestStatus.WAITING
         self.waiting.push(request)
         if forks:
             self._forks[request.request_id] = list(forks)
             for child in forks:
                 child.status = RequestStatus.WAITING
+
+    def refusal(self, request: Request) -> str | None:
+        """Why ``add_request`` would refuse ``request`` (it can never run under these limits), or None."""
+        if request.num_tokens + 1 > self.limits.max_model_len:
+            return (
+                f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
+                f"to generate within engine.max_model_len={self.limits.max_model_len}"
+            )
+        need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
+        capacity = self.kv.num_blocks * self.kv.block_size
+        if need > capacity:
+            return (
+                f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
+                f"{capacity} (kvcache.num_blocks={self.kv.num_blocks} x block_size={self.kv.block_size})"
+            )
+        return None
 
     def abort(self, request_id: str, step_failed: bool = False) -> Request | None:
         """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
