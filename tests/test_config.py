@@ -22,10 +22,13 @@ NEEDS_EXTERNAL = {
 }
 
 
+NOT_GROUPS = {"hydra", "hardware"}  # hardware: the operator cost model's data (forge.sim.operators), not options
+
+
 def all_options() -> list[tuple[str, str]]:
     out = []
     for group_dir in sorted(Path(CONF_DIR).iterdir()):
-        if group_dir.is_dir() and group_dir.name != "hydra":
+        if group_dir.is_dir() and group_dir.name not in NOT_GROUPS:
             out += [(group_dir.name, p.stem) for p in sorted(group_dir.glob("*.yaml"))]
     return out
 
