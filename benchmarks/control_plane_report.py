@@ -27,8 +27,17 @@ def main() -> None:
         data_path = Path(tmp) / "bench.json"
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         subprocess.run(
-            [sys.executable, "-m", "pytest", "benchmarks/suites", "-q", "--benchmark-enable",
-             f"--benchmark-json={data_path}", "-p", "no:cacheprovider"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "benchmarks/suites",
+                "-q",
+                "--benchmark-enable",
+                f"--benchmark-json={data_path}",
+                "-p",
+                "no:cacheprovider",
+            ],
             check=True,
         )
         data = json.loads(data_path.read_text())

@@ -31,8 +31,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/cpu/profile.md"))
     ap.add_argument("overrides", nargs="*", help="more config overrides, e.g. backend=cpu")
     args = ap.parse_args()
-    llm = LLM("model=smollm2", "model.max_position=1024", f"model.weights={args.weights}", *args.overrides,
-              f"engine.max_num_seqs={args.requests}", f"backend.num_threads={args.threads}")
+    llm = LLM(
+        "model=smollm2",
+        "model.max_position=1024",
+        f"model.weights={args.weights}",
+        *args.overrides,
+        f"engine.max_num_seqs={args.requests}",
+        f"backend.num_threads={args.threads}",
+    )
     engine = llm.engine
     rng = random.Random(0)
     for i in range(args.requests):

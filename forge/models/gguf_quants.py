@@ -152,8 +152,9 @@ def dequantize(raw: np.ndarray | torch.Tensor, qtype: GGMLQuantizationType, shap
         raise ValueError(f"{qtype.name} tensor of shape {shape} is not a whole number of {block_size}-blocks")
     blocks = data.reshape(-1).view(torch.uint8)
     if blocks.numel() != numel // block_size * type_size:
-        raise ValueError(f"{qtype.name} tensor has {blocks.numel()} bytes, shape {shape} needs "
-                         f"{numel // block_size * type_size}")
+        raise ValueError(
+            f"{qtype.name} tensor has {blocks.numel()} bytes, shape {shape} needs {numel // block_size * type_size}"
+        )
     blocks = blocks.reshape(-1, type_size)
     out = torch.empty(blocks.shape[0], block_size, dtype=torch.float32)
     for start in range(0, blocks.shape[0], _CHUNK_BLOCKS):

@@ -39,6 +39,7 @@ def _pyplot() -> Any:
 
     return plt
 
+
 KV_PARTS = (
     ("kv_token_slots", "token states"),
     ("kv_reserved_slots", "reserved"),

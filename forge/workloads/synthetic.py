@@ -56,9 +56,7 @@ def _phi(x: float) -> float:
 def clipped_lognormal_mean(mu: float, sigma: float, low: float, high: float) -> float:
     """E[min(max(X, low), high)] for X ~ LogNormal(mu, sigma), in closed form."""
     la, lb = math.log(low), math.log(high)
-    body = math.exp(mu + sigma**2 / 2) * (
-        _phi((lb - mu - sigma**2) / sigma) - _phi((la - mu - sigma**2) / sigma)
-    )
+    body = math.exp(mu + sigma**2 / 2) * (_phi((lb - mu - sigma**2) / sigma) - _phi((la - mu - sigma**2) / sigma))
     return body + low * _phi((la - mu) / sigma) + high * (1.0 - _phi((lb - mu) / sigma))
 
 

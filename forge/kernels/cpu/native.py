@@ -132,15 +132,19 @@ def paged_decode_attention(
     ``[B, heads, head_dim]`` float32."""
     suffix = KV_DTYPES.get(k_cache.dtype)
     if suffix is None or q.dtype != torch.float32 or v_cache.dtype != k_cache.dtype:
-        raise TypeError(f"paged_decode_attention: float32 queries over float32/bfloat16 K/V, got "
-                        f"{q.dtype} over {k_cache.dtype}/{v_cache.dtype}")
+        raise TypeError(
+            f"paged_decode_attention: float32 queries over float32/bfloat16 K/V, got "
+            f"{q.dtype} over {k_cache.dtype}/{v_cache.dtype}"
+        )
     if q.device.type != "cpu" or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("paged_decode_attention: CPU tensors and contiguous K/V caches only")
     b, heads, head_dim = q.shape
     kv_heads = k_cache.shape[2]
     if heads % kv_heads or k_cache.shape[3] != head_dim or seq_lens.shape[0] != b:
-        raise ValueError(f"paged_decode_attention: shapes q {tuple(q.shape)}, cache {tuple(k_cache.shape)}, "
-                         f"seq_lens {tuple(seq_lens.shape)} do not fit")
+        raise ValueError(
+            f"paged_decode_attention: shapes q {tuple(q.shape)}, cache {tuple(k_cache.shape)}, "
+            f"seq_lens {tuple(seq_lens.shape)} do not fit"
+        )
     if window is not None and window < 1:
         raise ValueError(f"paged_decode_attention: window must be >= 1, got {window}")
     q = q.contiguous()
@@ -148,9 +152,23 @@ def paged_decode_attention(
     lens = seq_lens.to(torch.int64).contiguous()
     out = torch.empty_like(q)
     fn = getattr(library(), f"forge_paged_decode_attention_{suffix}")
-    failed = fn(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), tables.data_ptr(), tables.stride(0),
-                lens.data_ptr(), out.data_ptr(), b, heads, kv_heads, head_dim, k_cache.shape[1], scale,
-                window or 0, torch.get_num_threads())
+    failed = fn(
+        q.data_ptr(),
+        k_cache.data_ptr(),
+        v_cache.data_ptr(),
+        tables.data_ptr(),
+        tables.stride(0),
+        lens.data_ptr(),
+        out.data_ptr(),
+        b,
+        heads,
+        kv_heads,
+        head_dim,
+        k_cache.shape[1],
+        scale,
+        window or 0,
+        torch.get_num_threads(),
+    )
     if failed:
         raise MemoryError("paged_decode_attention: out of memory for the score buffers")
     return out
@@ -173,10 +191,15 @@ def rescale_int_mm(acc: torch.Tensor, row_scale: torch.Tensor, col_scale: torch.
     """``(acc * row_scale) * col_scale`` in float32 for an int32 ``acc [M, N]``, ``row_scale [M, 1]``
     and ``col_scale [N]`` (all contiguous), in one pass; bit-identical to the torch expression."""
     rows, cols = acc.shape
-    if (acc.dtype != torch.int32 or row_scale.numel() != rows or col_scale.numel() != cols
-            or not (acc.is_contiguous() and row_scale.is_contiguous() and col_scale.is_contiguous())):
+    if (
+        acc.dtype != torch.int32
+        or row_scale.numel() != rows
+        or col_scale.numel() != cols
+        or not (acc.is_contiguous() and row_scale.is_contiguous() and col_scale.is_contiguous())
+    ):
         raise TypeError("rescale_int_mm: contiguous int32 [M, N], float32 [M, 1] and float32 [N]")
     out = torch.empty((rows, cols), dtype=torch.float32)
-    library().forge_rescale_int_mm(acc.data_ptr(), row_scale.data_ptr(), col_scale.data_ptr(), out.data_ptr(),
-                                   rows, cols, torch.get_num_threads())
+    library().forge_rescale_int_mm(
+        acc.data_ptr(), row_scale.data_ptr(), col_scale.data_ptr(), out.data_ptr(), rows, cols, torch.get_num_threads()
+    )
     return out
