@@ -27,8 +27,17 @@ def main() -> None:
         data_path = Path(tmp) / "bench.json"
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         subprocess.run(
-            [sys.executable, "-m", "pytest", "benchmarks/suites", "-q", "--benchmark-enable",
-             f"--benchmark-json={data_path}", "-p", "no:cacheprovider"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "benchmarks/suites",
+                "-q",
+                "--benchmark-enable",
+                f"--benchmark-json={data_path}",
+                "-p",
+                "no:cacheprovider",
+            ],
             check=True,
         )
         data = json.loads(data_path.read_text())
@@ -39,7 +48,8 @@ def main() -> None:
     lines = [
         "# Control plane: scheduler + KV bookkeeping per decode step",
         "",
-        "Command: `python -m benchmarks.control_plane_report` (runs `python -m pytest benchmarks/suites --benchmark-enable`)",
+        "Command: `python -m benchmarks.control_plane_report`"
+        " (runs `python -m pytest benchmarks/suites --benchmark-enable`)",
         f"Machine: {machine()}; load average at start {load}",
         f"Commit: {commit()}",
         "",

@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,14 @@ def run_forge(prompts: Prompts, output_len: int, overrides: list[str], threads: 
     from forge import LLM, SamplingParams
 
     need_gib = len(prompts) * (len(prompts[0]) + output_len) * 46080 / 2**30 * 1.2 + 0.1  # float32 K/V
-    llm = LLM("model=smollm2", "model.max_position=1024", *overrides,
-              f"engine.max_num_seqs={max(len(prompts), 1)}", f"engine.kv_cache_memory_gib={need_gib:.2f}",
-              f"backend.num_threads={threads}")
+    llm = LLM(
+        "model=smollm2",
+        "model.max_position=1024",
+        *overrides,
+        f"engine.max_num_seqs={max(len(prompts), 1)}",
+        f"engine.kv_cache_memory_gib={need_gib:.2f}",
+        f"backend.num_threads={threads}",
+    )
     params = SamplingParams(max_tokens=output_len, temperature=0, ignore_eos=True)
     llm.generate(prompts[:1], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))  # warm-up
     start = time.perf_counter()
@@ -75,8 +81,13 @@ def run_transformers(prompts: Prompts, output_len: int, threads: int) -> float:
     with torch.no_grad():
         lm.generate(ids[:1, :8], max_new_tokens=2, do_sample=False)  # warm-up
         start = time.perf_counter()
-        out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=output_len,
-                          min_new_tokens=output_len, do_sample=False)
+        out = lm.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=output_len,
+            min_new_tokens=output_len,
+            do_sample=False,
+        )
         elapsed = time.perf_counter() - start
     assert out.shape[1] == ids.shape[1] + output_len
     return elapsed
@@ -85,8 +96,13 @@ def run_transformers(prompts: Prompts, output_len: int, threads: int) -> float:
 def run_llama_cpp(prompts: Prompts, output_len: int, threads: int) -> float:
     import llama_cpp
 
-    llm = llama_cpp.Llama(str(smollm2_path()), n_threads=threads, n_threads_batch=threads,
-                          n_ctx=len(prompts[0]) + output_len + 8, verbose=False)
+    llm = llama_cpp.Llama(
+        str(smollm2_path()),
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_ctx=len(prompts[0]) + output_len + 8,
+        verbose=False,
+    )
     start = time.perf_counter()
     for prompt in prompts:
         llm.reset()
@@ -110,8 +126,14 @@ def measure(name: str, fn: Callable[[], float], tokens: int, results: dict[str, 
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "?")
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Model name")
+        ),
+        "?",
+    )
     return f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
 
 
@@ -145,7 +167,9 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         "EOS ignored; output tokens / wall second. forge: continuous batching through `forge.LLM`; "
         "transformers: one batched `generate`; llama.cpp: requests one after another.",
         "",
-        "| system | tok/s |", "|---|---|", *rows,
+        "| system | tok/s |",
+        "|---|---|",
+        *rows,
         "",
         "forge variants (config overrides):",
         "",
@@ -154,7 +178,9 @@ def report(path: Path, args: argparse.Namespace, thr: dict[str, float], b1: dict
         f"Batch-1 decode ({args.prompt_len} prompt, {args.output_len} output): tok/s, median of "
         f"{args.batch1_repeats} runs (each loads the model afresh)",
         "",
-        "| system | tok/s |", "|---|---|", *rows1,
+        "| system | tok/s |",
+        "|---|---|",
+        *rows1,
         "",
         "Ratios (same run):",
         "",
@@ -186,8 +212,13 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--variants", nargs="*", default=DEFAULT_VARIANTS, choices=sorted(VARIANTS),
-                        help="forge configurations to measure (VARIANTS in this file)")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=DEFAULT_VARIANTS,
+        choices=sorted(VARIANTS),
+        help="forge configurations to measure (VARIANTS in this file)",
+    )
     parser.add_argument("--skip", nargs="*", default=[], help="peers to leave out: transformers llama.cpp")
     parser.add_argument("--report", type=Path, default=DEFAULT_REPORT)
     parser.add_argument("--batch1-repeats", type=int, default=3, help="batch-1 figure: median of this many runs")
@@ -204,17 +235,24 @@ def main() -> None:
     reps = args.batch1_repeats
     for variant in args.variants:
         label, overrides = f"forge-{variant}", VARIANTS[variant]
-        measure(label, lambda o=overrides: run_forge(prompts, args.output_len, o, args.threads), tokens, thr)
-        measure(label, lambda o=overrides: run_forge(prompts[:1], args.output_len, o, args.threads),
-                args.output_len, b1, reps)
+        measure(label, partial(run_forge, prompts, args.output_len, overrides, args.threads), tokens, thr)
+        measure(
+            label, partial(run_forge, prompts[:1], args.output_len, overrides, args.threads), args.output_len, b1, reps
+        )
     if "transformers" not in args.skip:
         measure("transformers", lambda: run_transformers(prompts, args.output_len, args.threads), tokens, thr)
-        measure("transformers", lambda: run_transformers(prompts[:1], args.output_len, args.threads),
-                args.output_len, b1, reps)
+        measure(
+            "transformers",
+            lambda: run_transformers(prompts[:1], args.output_len, args.threads),
+            args.output_len,
+            b1,
+            reps,
+        )
     if "llama.cpp" not in args.skip:
         measure("llama.cpp", lambda: run_llama_cpp(prompts, args.output_len, args.threads), tokens, thr)
-        measure("llama.cpp", lambda: run_llama_cpp(prompts[:1], args.output_len, args.threads),
-                args.output_len, b1, reps)
+        measure(
+            "llama.cpp", lambda: run_llama_cpp(prompts[:1], args.output_len, args.threads), args.output_len, b1, reps
+        )
     report(args.report, args, thr, b1)
 
 

@@ -35,7 +35,7 @@ class LLM:
 
     def generate(
         self,
-        prompts: str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]],
+        prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = False,
     ) -> list[CompletionOutput]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from forward_helpers import greedy, prefill_logits, top1_agreement
 
 from forge.kernels.base import PackedLinear
 from forge.models.fast_weights import Int8RowwiseLinear, apply_weight_format, quantize_rows
 from forge.models.llama import Llama, build_tiny
+from tests.forward_helpers import greedy, prefill_logits, top1_agreement
 
 
 def test_quantize_rows_round_trip_within_half_a_step() -> None:
@@ -93,7 +93,9 @@ class TestSmolLM2Int8:
         from forge.models.gguf_loader import load_gguf
 
         path = str(smollm2_path())
-        return load_gguf(path, max_position=256), load_gguf(path, max_position=256, weights="int8")
+        exact, int8 = load_gguf(path, max_position=256), load_gguf(path, max_position=256, weights="int8")
+        assert isinstance(exact, Llama) and isinstance(int8, Llama)
+        return exact, int8
 
     def test_prompt_top1_agreement(self, models: tuple[Llama, Llama]) -> None:
         exact, approx = models

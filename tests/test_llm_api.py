@@ -10,7 +10,8 @@ from forge import LLM, SamplingParams
 def test_generate_strings_and_token_lists() -> None:
     llm = LLM("model=tiny", "kvcache=naive")
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
-    outs = llm.generate(["Hello, forge", [256, 72, 105]], params)
+    prompts: list[str | list[int]] = ["Hello, forge", [256, 72, 105]]
+    outs = llm.generate(prompts, params)
     assert len(outs) == 2
     for out in outs:
         assert len(out.token_ids) == 8

@@ -7,18 +7,20 @@ import pytest
 
 from forge import LLM, SamplingParams
 from forge.kvcache.paged import PagedKVCache
+from forge.policies.base import Policy
 from forge.policies.decode_first import DecodeFirst
 from forge.policies.fcfs import FCFS
 from forge.policies.lpm import LPM
 from forge.policies.prefill_first import PrefillFirst
 from forge.policies.sarathi import Sarathi
 from forge.policies.sjf import SJF
+from forge.sched.scheduler import Scheduler
 from tests.sched_helpers import drain, request, scheduler, step
 
 POLICIES = ["fcfs", "priority", "sjf", "decode_first", "prefill_first", "sarathi", "lpm"]
 
 
-def admitted_order(sched, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+def admitted_order(sched: Scheduler, n: int) -> list[str]:
     order: list[str] = []
     for _ in range(10_000):
         so, _ = step(sched)
@@ -42,7 +44,7 @@ def test_sjf_by_prompt_and_by_oracle_output() -> None:
     assert admitted_order(sched, 3) == ["a", "c", "b"]
 
 
-def _mixed(policy):  # type: ignore[no-untyped-def]
+def _mixed(policy: Policy) -> Scheduler:
     """Two requests decoding, then a 40-token prompt arrives; budget 16 tokens per step."""
     sched = scheduler(policy=policy, budget=16)
     sched.add_request(request("d1", 4, max_tokens=20))

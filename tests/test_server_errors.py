@@ -110,15 +110,21 @@ def test_malformed_json_unknown_model_and_bad_tokens(server: BackgroundServer) -
     error_of(httpx.post(u + "/tokenize", json={}), 400)
 
 
+def prompt_tokens_total(metrics: str) -> float:
+    found = re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics)
+    assert found is not None, metrics[-2000:]
+    return float(found.group(1))
+
+
 def test_server_keeps_serving_and_nothing_reached_the_engine(server: BackgroundServer) -> None:
     for body, _ in BAD_COMPLETIONS[:5]:
         httpx.post(server.url + "/v1/completions", json=body)
     metrics = httpx.get(server.url + "/metrics").text
-    before = float(re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics).group(1))
+    before = prompt_tokens_total(metrics)
     for body, _ in BAD_COMPLETIONS:
         httpx.post(server.url + "/v1/completions", json=body)
     metrics = httpx.get(server.url + "/metrics").text
-    after = float(re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics).group(1))
+    after = prompt_tokens_total(metrics)
     assert after == before
     ok = httpx.post(server.url + "/v1/completions", json=GOOD)
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")

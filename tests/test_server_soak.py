@@ -19,7 +19,9 @@ from forge.server.background import BackgroundServer
 async def _stream_all(url: str, n: int, max_tokens: int) -> tuple[list[float], list[int], list[BaseException]]:
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
     http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(300.0))
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", http_client=http, max_retries=0)
+    # openai annotates http_client as httpx2.AsyncClient but takes an httpx.AsyncClient at run time too
+    # (its is_legacy_httpx_async_client check): the stub is narrower than the library.
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", http_client=http, max_retries=0)  # type: ignore[arg-type]
     ttfts: list[float] = []
     counts: list[int] = []
     errors: list[BaseException] = []

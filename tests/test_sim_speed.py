@@ -17,6 +17,7 @@ from forge.core.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
 from forge.core.request import Request
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
+from forge.engine.sim_runner import SimulationRunner
 from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
 from forge.kvcache.base import KVUsage
@@ -40,8 +41,9 @@ CASES = {
 def run(overrides: list[str], host: bool) -> tuple[dict[str, list[int]], Engine]:
     cfg = compose_config([*BASE, *overrides])
     engine = build_engine(cfg)
-    assert engine.runner.host  # the synthetic model on CPU takes the host path by default
-    engine.runner.host = host
+    runner = engine.runner
+    assert isinstance(runner, SimulationRunner) and runner.host  # the synthetic model on CPU: host path
+    runner.host = host
     finals = engine.run(workload_requests(cfg, engine))
     return {rid: out.token_ids for rid, out in finals.items()}, engine
 
@@ -55,7 +57,9 @@ def test_host_path_matches_tensor_path(case: str) -> None:
     assert e1.recorder.requests_frame().equals(e2.recorder.requests_frame())
 
 
-def _row(model: SyntheticModel, cache: list, table: list[int], pos: int, token: int) -> int:  # type: ignore[type-arg]
+def _row(
+    model: SyntheticModel, cache: list[tuple[torch.Tensor, torch.Tensor]], table: list[int], pos: int, token: int
+) -> int:
     """The token sampled after decoding ``token`` at ``pos`` (on a copy of the cache: reads only), as a
     column-wise decode row; the same row as a one-token chunk gives the same token."""
     copy = [(k.clone(), v.clone()) for k, v in cache]
