@@ -14,6 +14,7 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from tests.waiting import wait_until
 
 
 async def _stream_all(url: str, n: int, max_tokens: int) -> tuple[list[float], list[int], list[BaseException]]:
@@ -62,10 +63,7 @@ def soak(n: int, max_tokens: int) -> float:
     with BackgroundServer(app) as s:
         ttfts, counts, errors = asyncio.run(_stream_all(s.url, n, max_tokens))
         engine = state.engine.engine
-        deadline = time.monotonic() + 10
-        while engine.has_unfinished():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: not engine.has_unfinished(), "the engine still has unfinished requests")
     assert not errors, errors[:3]
     assert len(counts) == n and all(c == max_tokens for c in counts)
     assert state.engine.leak is None and state.engine.error is None  # check_idle ran at shutdown
