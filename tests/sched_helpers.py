@@ -13,9 +13,18 @@ from forge.sched.scheduler import Scheduler, SchedulerLimits
 from forge.sched.step_outputs import StepOutputs
 
 
-def request(rid: str, prompt: list[int] | int, max_tokens: int = 4, arrival: float = 0.0, **kw: object) -> Request:
+def request(
+    rid: str,
+    prompt: list[int] | int,
+    max_tokens: int = 4,
+    arrival: float = 0.0,
+    priority: int = 0,
+    expected_output_len: int | None = None,
+) -> Request:
+    """A greedy request that ignores EOS; an int ``prompt`` means the tokens 1..prompt."""
     ids = list(range(1, prompt + 1)) if isinstance(prompt, int) else prompt
-    return Request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True), arrival, **kw)  # type: ignore[arg-type]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    return Request(rid, ids, params, arrival, priority=priority, expected_output_len=expected_output_len)
 
 
 def scheduler(

@@ -135,7 +135,8 @@ def test_tiny_model_int4_tracks_float32_on_its_grid() -> None:
     for layer in exact.layers:
         for name in ("wqkv", "wo", "w_gate_up", "w_down"):
             setattr(layer, name, dequantize_int4_groups(*quantize_int4_groups(getattr(layer, name))))
-    exact.lm_head = RescoredInt8Head(exact.lm_head)  # type: ignore[arg-type]
+    assert isinstance(exact.lm_head, torch.Tensor)
+    exact.lm_head = RescoredInt8Head(exact.lm_head)
     approx = apply_weight_format(build_tiny(dtype="float32"), "int4")
     ids = list(range(40, 46))
     a, b = prefill_logits(exact, ids), prefill_logits(approx, ids)

@@ -48,9 +48,11 @@ def test_rowwise_linear_error_within_quantization_bound() -> None:
 
 def test_apply_weight_format_packs_every_linear_and_keeps_same_untouched() -> None:
     model = build_tiny(dtype="float32")
-    before = [t.clone() for t in (model.layers[0].wqkv, model.layers[0].w_down, model.lm_head)]  # type: ignore[union-attr]
+    wqkv = model.layers[0].wqkv
+    assert isinstance(wqkv, torch.Tensor) and isinstance(model.lm_head, torch.Tensor)
+    before = wqkv.clone()
     same = apply_weight_format(model, "same")
-    assert same is model and torch.equal(model.layers[0].wqkv, before[0])  # type: ignore[arg-type]
+    assert same is model and model.layers[0].wqkv is wqkv and torch.equal(wqkv, before)
     model = apply_weight_format(model, "int8")
     for layer in model.layers:
         for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down):

@@ -24,7 +24,7 @@ from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
-from forge.sim.clock import BatchShape
+from forge.sim.clock import BatchShape, PredictedClock
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
 CASES = {
@@ -158,7 +158,9 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
     engine.scheduler.schedule = recording  # type: ignore[method-assign]
     engine.run(workload_requests(cfg, engine))
     prompt = {rid: tl.num_prompt_tokens for rid, tl in engine.recorder.requests.items()}
-    cost = engine.clock.cost_model  # type: ignore[attr-defined]
+    clock = engine.clock
+    assert isinstance(clock, PredictedClock)
+    cost = clock.cost_model
     decodes = 0
     for sched in steps:
         assert sched.num_batched_tokens == sum(s.num_tokens for s in sched.scheduled)
