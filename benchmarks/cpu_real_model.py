@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +235,9 @@ def main() -> None:
     reps = args.batch1_repeats
     for variant in args.variants:
         label, overrides = f"forge-{variant}", VARIANTS[variant]
-        measure(label, lambda o=overrides: run_forge(prompts, args.output_len, o, args.threads), tokens, thr)
+        measure(label, partial(run_forge, prompts, args.output_len, overrides, args.threads), tokens, thr)
         measure(
-            label,
-            lambda o=overrides: run_forge(prompts[:1], args.output_len, o, args.threads),
-            args.output_len,
-            b1,
-            reps,
+            label, partial(run_forge, prompts[:1], args.output_len, overrides, args.threads), args.output_len, b1, reps
         )
     if "transformers" not in args.skip:
         measure("transformers", lambda: run_transformers(prompts, args.output_len, args.threads), tokens, thr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from forge.kernels.base import AttentionMetadata, KVLayer
@@ -63,7 +65,7 @@ def greedy(model: Model, ids: list[int], max_tokens: int) -> list[int]:
     return out
 
 
-def top1_agreement(exact: Model, approx: Model, prompts: list[str]) -> tuple[int, int]:
+def top1_agreement(exact: Model, approx: Model, prompts: Sequence[str]) -> tuple[int, int]:
     """Prompt positions (over all ``prompts``) where the two models' prefill argmax agree, and how many."""
     same = total = 0
     for prompt in prompts:

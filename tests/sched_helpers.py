@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput
+from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.kvcache.base import KVCacheManager
@@ -10,11 +10,21 @@ from forge.kvcache.paged import PagedKVCache
 from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
 from forge.sched.scheduler import Scheduler, SchedulerLimits
+from forge.sched.step_outputs import StepOutputs
 
 
-def request(rid: str, prompt: list[int] | int, max_tokens: int = 4, arrival: float = 0.0, **kw: object) -> Request:
+def request(
+    rid: str,
+    prompt: list[int] | int,
+    max_tokens: int = 4,
+    arrival: float = 0.0,
+    priority: int = 0,
+    expected_output_len: int | None = None,
+) -> Request:
+    """A greedy request that ignores EOS; an int ``prompt`` means the tokens 1..prompt."""
     ids = list(range(1, prompt + 1)) if isinstance(prompt, int) else prompt
-    return Request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True), arrival, **kw)  # type: ignore[arg-type]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    return Request(rid, ids, params, arrival, priority=priority, expected_output_len=expected_output_len)
 
 
 def scheduler(
@@ -30,7 +40,7 @@ def scheduler(
     return Scheduler(policy or FCFS(), kv, limits)
 
 
-def step(sched: Scheduler, token: int = 7) -> tuple[SchedulerOutput, list[RequestOutput]]:
+def step(sched: Scheduler, token: int = 7) -> tuple[SchedulerOutput, StepOutputs]:
     so = sched.schedule()
     out = ModelOutput({s.request_id: [token] for s in so.scheduled if s.sample})
     return so, sched.update(so, out, frozenset())

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 from gguf import GGUFReader, ReaderTensor
-from gguf_fixtures import write_tiny_gguf
 
 from forge import SamplingParams
 from forge.config import ConfigError, compose_config
@@ -20,6 +19,7 @@ from forge.core.request import Request
 from forge.engine.build import build_engine
 from forge.models.gguf_file import GGUFError
 from forge.models.gguf_loader import load_gguf
+from tests.gguf_fixtures import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,6 @@ import sys
 
 import pytest
 import torch
-from attention_helpers import paged_batch
 
 from forge import LLM, SamplingParams
 from forge.config import ConfigError, compose_config
@@ -17,6 +16,7 @@ from forge.engine.build import build_engine
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
 from forge.models.fast_weights import quantize_rows
+from tests.attention_helpers import paged_batch
 
 try:
     native.library()
@@ -94,8 +94,12 @@ def test_kernel_rejects_what_it_cannot_read() -> None:
 def test_engine_on_cpu_backend_matches_torch_backend(kv_dtype: str) -> None:
     """The real Llama code (tiny, float32) through the engine: same greedy tokens on both backends,
     with more requests than one step's decode batch and a mid-run prefill."""
-    base = ["model=tiny", "model.dtype=float32", f"engine.kv_cache_dtype={kv_dtype}",
-            "engine.max_num_batched_tokens=32"]
+    base = [
+        "model=tiny",
+        "model.dtype=float32",
+        f"engine.kv_cache_dtype={kv_dtype}",
+        "engine.max_num_batched_tokens=32",
+    ]
     prompts = [[(7 * i + j) % 300 + 10 for j in range(5 + 3 * i)] for i in range(6)]
     params = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
     outs = {

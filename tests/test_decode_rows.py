@@ -10,6 +10,7 @@ import pytest
 from forge.config import compose_config
 from forge.core.outputs import DecodeRows, ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.engine.build import build_engine, workload_requests
+from forge.engine.sim_runner import SimulationRunner
 from forge.policies.prefill_first import PrefillFirst
 from forge.sched.step_outputs import StepOutputs
 from tests.sched_helpers import request, scheduler, step
@@ -95,7 +96,9 @@ def test_engine_steps_match_the_tensor_path(overrides: list[str]) -> None:
     for host in (True, False):
         cfg = compose_config([*BASE, *overrides])
         engine = build_engine(cfg)
-        engine.runner.host = host
+        runner = engine.runner
+        assert isinstance(runner, SimulationRunner)
+        runner.host = host
         for r in workload_requests(cfg, engine):
             engine.add_request(r)
         outputs = []

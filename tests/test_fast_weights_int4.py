@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from forward_helpers import greedy, prefill_logits, top1_agreement
 
+from forge.kernels.base import LinearWeight
 from forge.models.fast_weights import (
     INT4_GROUP_SIZE,
     Int4GroupLinear,
@@ -23,6 +23,7 @@ from forge.models.fast_weights import (
     quantize_int4_groups,
 )
 from forge.models.llama import Llama, build_tiny
+from tests.forward_helpers import greedy, prefill_logits, top1_agreement
 
 pytestmark = pytest.mark.skipif(not int4_available(), reason="torch lacks _weight_int4pack_mm_for_cpu")
 
@@ -134,7 +135,8 @@ def test_tiny_model_int4_tracks_float32_on_its_grid() -> None:
     for layer in exact.layers:
         for name in ("wqkv", "wo", "w_gate_up", "w_down"):
             setattr(layer, name, dequantize_int4_groups(*quantize_int4_groups(getattr(layer, name))))
-    exact.lm_head = RescoredInt8Head(exact.lm_head)  # type: ignore[arg-type]
+    assert isinstance(exact.lm_head, torch.Tensor)
+    exact.lm_head = RescoredInt8Head(exact.lm_head)
     approx = apply_weight_format(build_tiny(dtype="float32"), "int4")
     ids = list(range(40, 46))
     a, b = prefill_logits(exact, ids), prefill_logits(approx, ids)
@@ -151,7 +153,7 @@ def test_tiny_model_int4_prefill_is_the_int8_product() -> None:
 class TestSmolLM2Int4:
     PROMPTS = (
         "The capital of France is",
-        "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+        'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
         "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
     )
 
@@ -163,14 +165,15 @@ class TestSmolLM2Int4:
 
         path = str(smollm2_path())
         exact = load_gguf(path, max_position=256)
-        forced = load_gguf(path, max_position=256)
-        for layer in forced.layers:
-            layer.wqkv = Int4GroupLinear(layer.wqkv, max_rows=1 << 20)  # type: ignore[arg-type]
-            layer.wo = Int4GroupLinear(layer.wo, max_rows=1 << 20)  # type: ignore[arg-type]
-            layer.w_gate_up = Int4GroupLinear(layer.w_gate_up, max_rows=1 << 20)  # type: ignore[arg-type]
-            layer.w_down = Int4GroupLinear(layer.w_down, max_rows=1 << 20)  # type: ignore[arg-type]
-        forced.lm_head = RescoredInt8Head(forced.lm_head, exact.embed, max_rows=1 << 20)  # type: ignore[arg-type]
+        assert isinstance(exact, Llama) and isinstance(exact.lm_head, torch.Tensor)
+
+        def int4_on_every_row(_: str, weight: LinearWeight) -> LinearWeight:
+            assert isinstance(weight, torch.Tensor)
+            return Int4GroupLinear(weight, max_rows=1 << 20)
+
+        forced = exact.with_linears(int4_on_every_row, RescoredInt8Head(exact.lm_head, exact.embed, max_rows=1 << 20))
         approx = load_gguf(path, max_position=256, weights="int4")
+        assert isinstance(approx, Llama)
         assert isinstance(approx.lm_head, RescoredInt8Head) and approx.lm_head.exact_out_in is approx.embed  # tied
         return exact, approx, forced
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from forward_helpers import greedy, prefill_logits, top1_agreement
 
 from forge.kernels.base import PackedLinear
 from forge.models.fast_weights import Int8RowwiseLinear, apply_weight_format, quantize_rows
 from forge.models.llama import Llama, build_tiny
+from tests.forward_helpers import greedy, prefill_logits, top1_agreement
 
 
 def test_quantize_rows_round_trip_within_half_a_step() -> None:
@@ -48,9 +48,11 @@ def test_rowwise_linear_error_within_quantization_bound() -> None:
 
 def test_apply_weight_format_packs_every_linear_and_keeps_same_untouched() -> None:
     model = build_tiny(dtype="float32")
-    before = [t.clone() for t in (model.layers[0].wqkv, model.layers[0].w_down, model.lm_head)]  # type: ignore[union-attr]
+    wqkv = model.layers[0].wqkv
+    assert isinstance(wqkv, torch.Tensor) and isinstance(model.lm_head, torch.Tensor)
+    before = wqkv.clone()
     same = apply_weight_format(model, "same")
-    assert same is model and torch.equal(model.layers[0].wqkv, before[0])  # type: ignore[arg-type]
+    assert same is model and model.layers[0].wqkv is wqkv and torch.equal(wqkv, before)
     model = apply_weight_format(model, "int8")
     for layer in model.layers:
         for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down):
@@ -93,7 +95,9 @@ class TestSmolLM2Int8:
         from forge.models.gguf_loader import load_gguf
 
         path = str(smollm2_path())
-        return load_gguf(path, max_position=256), load_gguf(path, max_position=256, weights="int8")
+        exact, int8 = load_gguf(path, max_position=256), load_gguf(path, max_position=256, weights="int8")
+        assert isinstance(exact, Llama) and isinstance(int8, Llama)
+        return exact, int8
 
     def test_prompt_top1_agreement(self, models: tuple[Llama, Llama]) -> None:
         exact, approx = models

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from forward_helpers import prefill_logits
 from gguf import GGMLQuantizationType, GGUFWriter
-from gguf_fixtures import write_tiny_gguf
 
 from forge.models.gguf_file import GGUFError, GGUFFile
 from forge.models.gguf_loader import config_from_gguf, load_gguf
 from forge.models.llama import Llama
+from tests.forward_helpers import prefill_logits
+from tests.gguf_fixtures import write_tiny_gguf
 
 T = GGMLQuantizationType
 CASES = [
@@ -26,8 +26,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("arch", "vocab", "qtype", "tie"), CASES, ids=lambda v: getattr(v, "name", str(v)))
-def test_round_trip_same_logits(tmp_path: Path, arch: str, vocab: str, qtype: GGMLQuantizationType,
-                                tie: bool) -> None:
+def test_round_trip_same_logits(tmp_path: Path, arch: str, vocab: str, qtype: GGMLQuantizationType, tie: bool) -> None:
     path = tmp_path / "tiny.gguf"
     config, state = write_tiny_gguf(path, arch, vocab, qtype, tie=tie)
     model = load_gguf(str(path))

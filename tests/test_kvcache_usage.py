@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from forge import LLM, SamplingParams
-from forge.kvcache.base import KVUsage
+from forge.core.request import Request
+from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.kvcache.naive import NaiveKVCache
 from forge.kvcache.paged import PagedKVCache
 from tests.sched_helpers import request
 
 
-def place(kv, r, computed: int) -> None:  # type: ignore[no-untyped-def]
+def place(kv: KVCacheManager, r: Request, computed: int) -> None:
     assert kv.allocate_slots(r, computed, computed)
     r.num_computed_tokens = computed
 
@@ -80,7 +83,7 @@ def test_paged_counts_shared_blocks_once() -> None:
 
 
 @pytest.mark.parametrize("kvcache", ["paged", "naive"])
-def test_steps_parquet_columns_add_up(kvcache: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_steps_parquet_columns_add_up(kvcache: str, tmp_path: Path) -> None:
     llm = LLM(
         "model=synthetic",
         f"kvcache={kvcache}",

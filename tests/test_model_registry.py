@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-from forward_helpers import greedy, prefill_logits
-from gguf_fixtures import write_tiny_gguf
 from test_safetensors_loader import write_hf_dir
 
 from forge.config import compose_config
@@ -31,6 +29,8 @@ from forge.models.gguf_loader import load_gguf
 from forge.models.llama import Llama
 from forge.models.registry import MODEL_REGISTRY
 from forge.models.safetensors_loader import load_safetensors, read_state_dict
+from tests.forward_helpers import greedy, prefill_logits
+from tests.gguf_fixtures import write_tiny_gguf
 
 # ---------------------------------------------------------------------------------------------------
 

@@ -1,24 +1,21 @@
-"""The scheduling policies: their orderings (driven without a model) and that greedy outputs
-never depend on the policy (with the real engine)."""
+"""The scheduling policies' orderings, driven without a model. That greedy outputs never depend on
+the policy (with the real engine) is tests/test_conformance.py's, for every conf/scheduler option."""
 
 from __future__ import annotations
 
-import pytest
-
-from forge import LLM, SamplingParams
 from forge.kvcache.paged import PagedKVCache
+from forge.policies.base import Policy
 from forge.policies.decode_first import DecodeFirst
 from forge.policies.fcfs import FCFS
 from forge.policies.lpm import LPM
 from forge.policies.prefill_first import PrefillFirst
 from forge.policies.sarathi import Sarathi
 from forge.policies.sjf import SJF
+from forge.sched.scheduler import Scheduler
 from tests.sched_helpers import drain, request, scheduler, step
 
-POLICIES = ["fcfs", "priority", "sjf", "decode_first", "prefill_first", "sarathi", "lpm"]
 
-
-def admitted_order(sched, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+def admitted_order(sched: Scheduler, n: int) -> list[str]:
     order: list[str] = []
     for _ in range(10_000):
         so, _ = step(sched)
@@ -42,7 +39,7 @@ def test_sjf_by_prompt_and_by_oracle_output() -> None:
     assert admitted_order(sched, 3) == ["a", "c", "b"]
 
 
-def _mixed(policy):  # type: ignore[no-untyped-def]
+def _mixed(policy: Policy) -> Scheduler:
     """Two requests decoding, then a 40-token prompt arrives; budget 16 tokens per step."""
     sched = scheduler(policy=policy, budget=16)
     sched.add_request(request("d1", 4, max_tokens=20))
@@ -120,21 +117,3 @@ def test_fcfs_unchanged_by_the_new_hooks() -> None:
     assert FCFS().token_budget(512) == 512 and not FCFS().rekey_each_step
     running = [request("a", 3), request("b", 3)]
     assert FCFS().running_order(running) is running
-
-
-@pytest.mark.parametrize("model", ["tiny", "synthetic"])
-def test_greedy_outputs_do_not_depend_on_the_policy(model: str) -> None:
-    prompts = [list(range(40 + i, 40 + i + 5 + 7 * i)) for i in range(6)]
-    params = [SamplingParams(max_tokens=6 + i, temperature=0.0, ignore_eos=True) for i in range(6)]
-    ref = None
-    for policy in POLICIES:
-        llm = LLM(
-            f"model={model}",
-            f"scheduler={policy}",
-            "kvcache.enable_prefix_caching=true",
-            "kvcache.block_size=4",
-            "engine.max_num_batched_tokens=16",
-        )
-        outs = [o.token_ids for o in llm.generate(prompts, params)]
-        ref = ref or outs
-        assert outs == ref, policy

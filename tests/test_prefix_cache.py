@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from forge.core.request import Request
 from forge.kvcache.paged import PagedKVCache, chain_hash
 from tests.sched_helpers import request
 
 
-def admit(kv: PagedKVCache, r, n: int | None = None) -> int:  # type: ignore[no-untyped-def]
+def admit(kv: PagedKVCache, r: Request, n: int | None = None) -> int:
     """What the scheduler does on admission: match, then allocate the rest and compute it."""
     hit = kv.match_prefix(r)
     r.num_computed_tokens = hit

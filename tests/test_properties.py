@@ -3,6 +3,8 @@ by recompute or swap, prefix caching and forks) never break the KV invariants.""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -43,7 +45,10 @@ def check_kv(kv: PagedKVCache, sched: Scheduler) -> None:
     assert kv.num_held() == len(set(tables) | swapped)
 
 
-op = st.one_of(
+AddOp = tuple[Literal["add"], list[int], int, int]  # prompt, max_tokens, n
+StepOp = tuple[Literal["step"], int]  # steps
+AbortOp = tuple[Literal["abort"], int]  # index into the ids added so far
+op: st.SearchStrategy[AddOp | StepOp | AbortOp] = st.one_of(
     st.tuples(
         st.just("add"),
         st.lists(st.integers(1, 3), min_size=1, max_size=14),  # tiny alphabet: shared prefixes
@@ -55,7 +60,9 @@ op = st.one_of(
 )
 
 
-def run_ops(ops, num_blocks: int, block_size: int, caching: bool, mode: str, budget: int) -> None:  # type: ignore[no-untyped-def]
+def run_ops(
+    ops: list[AddOp | StepOp | AbortOp], num_blocks: int, block_size: int, caching: bool, mode: str, budget: int
+) -> None:
     kv = PagedKVCache(num_blocks, block_size, enable_prefix_caching=caching, num_cpu_blocks=num_blocks)
     sched = scheduler(kv=kv, preemption_mode=mode, budget=budget, max_num_seqs=6, max_model_len=64)
     ids: list[str] = []
@@ -95,23 +102,28 @@ CASE = dict(
     mode=st.sampled_from(["recompute", "swap"]),
     budget=st.integers(1, 32),
 )
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-@settings(max_examples=200, **SETTINGS)  # type: ignore[arg-type]
+@settings(SETTINGS, max_examples=200)
 @given(**CASE)
-def test_scheduler_and_cache_invariants(ops, num_blocks, block_size, caching, mode, budget) -> None:  # type: ignore[no-untyped-def]
+def test_scheduler_and_cache_invariants(
+    ops: list[AddOp | StepOp | AbortOp], num_blocks: int, block_size: int, caching: bool, mode: str, budget: int
+) -> None:
     run_ops(ops, num_blocks, block_size, caching, mode, budget)
 
 
 @pytest.mark.slow
-@settings(max_examples=10_000, **SETTINGS)  # type: ignore[arg-type]
+@settings(SETTINGS, max_examples=10_000)
 @given(**CASE)
-def test_scheduler_and_cache_invariants_long(ops, num_blocks, block_size, caching, mode, budget) -> None:  # type: ignore[no-untyped-def]
+def test_scheduler_and_cache_invariants_long(
+    ops: list[AddOp | StepOp | AbortOp], num_blocks: int, block_size: int, caching: bool, mode: str, budget: int
+) -> None:
     run_ops(ops, num_blocks, block_size, caching, mode, budget)
 
 
-pool_op = st.one_of(
+PoolOp = tuple[Literal["alloc", "free", "hit"], int] | tuple[Literal["cache"], int, int]
+pool_op: st.SearchStrategy[PoolOp] = st.one_of(
     st.tuples(st.just("alloc"), st.integers(1, 4)),
     st.tuples(st.just("free"), st.integers(0, 50)),
     st.tuples(st.just("hit"), st.integers(0, 50)),
@@ -119,7 +131,7 @@ pool_op = st.one_of(
 )
 
 
-def pool_ops(ops, num_blocks: int) -> None:  # type: ignore[no-untyped-def]
+def pool_ops(ops: list[PoolOp], num_blocks: int) -> None:
     pool = BlockPool(num_blocks, enable_caching=True)
     held: list[list[int]] = []  # each holder's blocks
     for o in ops:
@@ -150,14 +162,14 @@ def pool_ops(ops, num_blocks: int) -> None:  # type: ignore[no-untyped-def]
     assert pool.num_free == num_blocks
 
 
-@settings(max_examples=200, **SETTINGS)  # type: ignore[arg-type]
+@settings(SETTINGS, max_examples=200)
 @given(ops=st.lists(pool_op, max_size=40), num_blocks=st.integers(1, 8))
-def test_block_pool_invariants(ops, num_blocks) -> None:  # type: ignore[no-untyped-def]
+def test_block_pool_invariants(ops: list[PoolOp], num_blocks: int) -> None:
     pool_ops(ops, num_blocks)
 
 
 @pytest.mark.slow
-@settings(max_examples=10_000, **SETTINGS)  # type: ignore[arg-type]
+@settings(SETTINGS, max_examples=10_000)
 @given(ops=st.lists(pool_op, max_size=60), num_blocks=st.integers(1, 8))
-def test_block_pool_invariants_long(ops, num_blocks) -> None:  # type: ignore[no-untyped-def]
+def test_block_pool_invariants_long(ops: list[PoolOp], num_blocks: int) -> None:
     pool_ops(ops, num_blocks)

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from forward_helpers import BLOCK_SIZE, SingleSequence, greedy, prefill_logits
-from hf_reference import load_hf_gguf
 
 from forge.kernels.base import AttentionMetadata
 from forge.kernels.batch import ForwardBatch
@@ -23,6 +21,8 @@ from forge.models.fetch import gemma3_path
 from forge.models.gemma3 import Gemma3
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_loader import config_from_gguf, state_dict_from_gguf, tokenizer_of
+from tests.forward_helpers import BLOCK_SIZE, SingleSequence, greedy, prefill_logits
+from tests.hf_reference import load_hf_gguf
 
 pytestmark = pytest.mark.realmodel
 

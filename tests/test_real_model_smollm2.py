@@ -13,25 +13,25 @@ from typing import Any
 
 import pytest
 import torch
-from forward_helpers import greedy, prefill_logits
-from hf_reference import load_hf_gguf
 
 from forge.models.fetch import smollm2_path
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_loader import config_from_gguf, load_gguf, state_dict_from_gguf
 from forge.models.llama import Llama
+from tests.forward_helpers import greedy, prefill_logits
+from tests.hf_reference import load_hf_gguf
 
 pytestmark = pytest.mark.realmodel
 
 PROMPTS = [
     "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "<|im_start|>user\nWrite a haiku about autumn.<|im_end|>\n<|im_start|>assistant\n",
 ]
 TEXTS = [
     *PROMPTS,
     "Héllo wörld — 你好，世界! Ünïcödé ñ 🚀🚀 emoji",
-    "for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(f\"{i=}\")  # even\n",
+    'for i in range(10):\n\tif i % 2 == 0:\n\t\tprint(f"{i=}")  # even\n',
     "   leading, trailing   \n\n\n   and\t\ttabs  ",
     "x=1; y = 3.14159; z = 1e-5 <|endoftext|> after <|im_end|>",
     "SELECT * FROM users WHERE name = 'O''Brien';",
@@ -46,7 +46,9 @@ def gguf_path() -> str:
 
 @pytest.fixture(scope="module")
 def model(gguf_path: str) -> Llama:
-    return load_gguf(gguf_path, max_position=512)
+    loaded = load_gguf(gguf_path, max_position=512)
+    assert isinstance(loaded, Llama)
+    return loaded
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +75,15 @@ def test_digit_runs_follow_llama_cpp(model: Llama) -> None:
     """``pre = smollm`` isolates digits (llama.cpp, and SmolLM2's own tokenizer.json); transformers'
     GGUF converter ignores that pre-tokenizer and differs after whitespace runs. Ids from llama.cpp."""
     text = "  spaces   1234567 3.14159"
-    assert model.tokenizer.encode(text) == [216, 5600, 333, 33, 34, 35, 36, 37, 38, 39, 216, 35, 30, 33, 36, 33,
-                                            37, 41]
+    assert model.tokenizer.encode(text) == [216, 5600, 333, 33, 34, 35, 36, 37, 38, 39, 216, 35, 30, 33, 36, 33, 37, 41]
 
 
 def test_chat_template_matches_transformers(model: Llama, hf: tuple[Any, Any]) -> None:
-    messages = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."},
-                {"role": "user", "content": "Name a color."}]
+    messages = [
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Name a color."},
+    ]
     for gen in (True, False):
         ours = model.tokenizer.apply_chat_template(messages, add_generation_prompt=gen)
         assert ours == hf[0].apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
@@ -89,8 +93,12 @@ def test_weights_identical_to_transformers(gguf_path: str, hf: tuple[Any, Any]) 
     gguf = GGUFFile(gguf_path)
     ours = state_dict_from_gguf(gguf, config_from_gguf(gguf))
     theirs = hf[1].state_dict()
-    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.7.self_attn.k_proj.weight",
-                 "model.layers.29.mlp.down_proj.weight", "model.embed_tokens.weight"):
+    for name in (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.7.self_attn.k_proj.weight",
+        "model.layers.29.mlp.down_proj.weight",
+        "model.embed_tokens.weight",
+    ):
         assert torch.equal(ours[name], theirs[name].float()), name
 
 

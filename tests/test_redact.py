@@ -55,7 +55,8 @@ def test_a_sweep_writes_no_command_line_key(tmp_path: Path) -> None:
 def test_redact_config_replaces_keys_and_keeps_env_interpolations() -> None:
     cfg = compose_config(["server.api_keys=[abc-123,${oc.env:FORGE_TEST_KEY}]"])
     redacted = redact_config(cfg)
-    assert OmegaConf.to_container(redacted.server, resolve=False)["api_keys"] == [
+    server = OmegaConf.to_container(redacted.server, resolve=False)
+    assert isinstance(server, dict) and server["api_keys"] == [
         REDACTED,
         "${oc.env:FORGE_TEST_KEY}",
     ]

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from forward_helpers import prefill_logits
-from gguf_fixtures import byte_level_vocab, tiny_config
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from forge.models.llama import Llama, LlamaConfig, random_state_dict
 from forge.models.safetensors_loader import CheckpointError, load_safetensors
+from tests.forward_helpers import prefill_logits
+from tests.gguf_fixtures import byte_level_vocab, tiny_config
 
 
 def write_hf_dir(directory: Path, shards: int = 2) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
@@ -26,23 +26,44 @@ def write_hf_dir(directory: Path, shards: int = 2) -> tuple[LlamaConfig, dict[st
         save_file({n: state[n] for n in names if weight_map[n] == file}, str(directory / file))
     index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
-    (directory / "config.json").write_text(json.dumps({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
-        "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.num_kv_heads, "rms_norm_eps": config.rms_norm_eps,
-        "rope_theta": config.rope_theta, "max_position_embeddings": config.max_position,
-        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
-    }))
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ")) for m in merges])
+    (directory / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "vocab_size": config.vocab_size,
+                "hidden_size": config.hidden_size,
+                "intermediate_size": config.intermediate_size,
+                "num_hidden_layers": config.num_layers,
+                "num_attention_heads": config.num_heads,
+                "num_key_value_heads": config.num_kv_heads,
+                "rms_norm_eps": config.rms_norm_eps,
+                "rope_theta": config.rope_theta,
+                "max_position_embeddings": config.max_position,
+                "tie_word_embeddings": False,
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "torch_dtype": "float32",
+            }
+        )
+    )
+    bpe = models.BPE(
+        vocab={t: i for i, t in enumerate(tokens)}, merges=[(a, b) for a, _, b in (m.partition(" ") for m in merges)]
+    )
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "add_bos_token": False,
-        "chat_template": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}",
-    }))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<|im_start|>",
+                "eos_token": "<|im_end|>",
+                "add_bos_token": False,
+                "chat_template": "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}",
+            }
+        )
+    )
     return config, state
 
 

@@ -6,6 +6,7 @@ from forge.core.outputs import ModelOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.kvcache.paged import PagedKVCache
+from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
 from forge.policies.priority import PriorityPolicy
 from forge.sched.scheduler import Scheduler, SchedulerLimits
@@ -30,7 +31,7 @@ def step(s: Scheduler, token: int = 7) -> tuple[list[str], list[int]]:
     return [x.request_id for x in out.scheduled], [x.num_tokens for x in out.scheduled]
 
 
-def make(num_blocks: int = 64, budget: int = 32, max_seqs: int = 8, policy=None) -> Scheduler:  # type: ignore[no-untyped-def]
+def make(num_blocks: int = 64, budget: int = 32, max_seqs: int = 8, policy: Policy | None = None) -> Scheduler:
     return Scheduler(policy or FCFS(), PagedKVCache(num_blocks, block_size=4), SchedulerLimits(max_seqs, budget, 512))
 
 

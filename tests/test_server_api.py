@@ -12,12 +12,15 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.completion_create_params import CompletionCreateParamsBase, CompletionCreateParamsStreaming
+from openai.types.shared_params import ResponseFormatJSONSchema
 
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 
-SCHEMA = {
+SCHEMA: dict[str, object] = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 10}, "n": {"type": "integer"}},
     "required": ["city", "n"],
@@ -67,41 +70,52 @@ def test_completion_chat_and_usage(client: openai.OpenAI) -> None:
 
 
 def test_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
-    kw = {"model": "tiny", "prompt": "abc", "max_tokens": 12, "temperature": 0.0}
+    kw: CompletionCreateParamsBase = {"model": "tiny", "prompt": "abc", "max_tokens": 12, "temperature": 0.0}
     full = client.completions.create(**kw).choices[0].text
-    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    streaming: CompletionCreateParamsStreaming = {**kw, "stream": True, "stream_options": {"include_usage": True}}
+    chunks = list(client.completions.create(**streaming))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == full
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
-    msgs = [{"role": "user", "content": "x"}]
-    full = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0)
+    msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": "x"}]
+    chat = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0)
     stream = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0, stream=True)
     parts = list(stream)
     assert parts[0].choices[0].delta.role == "assistant"
-    assert "".join(p.choices[0].delta.content or "" for p in parts) == full.choices[0].message.content
-    assert parts[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    assert "".join(p.choices[0].delta.content or "" for p in parts) == chat.choices[0].message.content
+    assert parts[-1].choices[0].finish_reason == chat.choices[0].finish_reason
 
 
 def test_n_choices_and_seed_reproducibility(client: openai.OpenAI) -> None:
-    kw = {"model": "tiny", "prompt": ["p1", "p2"], "max_tokens": 8, "temperature": 1.0, "seed": 7, "n": 3}
+    kw: CompletionCreateParamsBase = {
+        "model": "tiny",
+        "prompt": ["p1", "p2"],
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "seed": 7,
+        "n": 3,
+    }
     a = client.completions.create(**kw)
     b = client.completions.create(**kw)
     assert sorted(c.index for c in a.choices) == list(range(6))
     assert [c.text for c in a.choices] == [c.text for c in b.choices]
     assert len({c.text for c in a.choices[:3]}) > 1  # n samples of one prompt use different derived seeds
-    c = client.completions.create(**{**kw, "seed": 8})
+    other_seed: CompletionCreateParamsBase = {**kw, "seed": 8}
+    c = client.completions.create(**other_seed)
     assert [x.text for x in c.choices] != [x.text for x in a.choices]
 
 
 def test_stop_strings_are_never_emitted(client: openai.OpenAI) -> None:
-    kw = {"model": "tiny", "prompt": "The", "max_tokens": 24, "temperature": 0.0}
+    kw: CompletionCreateParamsBase = {"model": "tiny", "prompt": "The", "max_tokens": 24, "temperature": 0.0}
     full = client.completions.create(**kw).choices[0].text
     printable = [m.start() for m in re.finditer(r"[ -~]{2}", full)]
     assert printable, f"no printable pair in {full!r}"
     stop = full[printable[-1] : printable[-1] + 2]
     expected = full[: full.index(stop)]
-    r = client.completions.create(stop=[stop, "\x00never"], **kw)
+    stops: CompletionCreateParamsBase = {**kw, "stop": [stop, "\x00never"]}
+    r = client.completions.create(**stops)
     assert r.choices[0].text == expected and r.choices[0].finish_reason == "stop"
-    streamed = "".join(c.choices[0].text for c in client.completions.create(stop=stop, stream=True, **kw))
+    streaming: CompletionCreateParamsStreaming = {**kw, "stop": stop, "stream": True}
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**streaming))
     assert streamed == expected
     tok = full.encode("utf-8")[len(expected.encode("utf-8"))]
     r = client.completions.create(extra_body={"stop_token_ids": [tok]}, **kw)
@@ -130,7 +144,7 @@ def test_echo_and_logprobs(client: openai.OpenAI) -> None:
 
 
 def test_structured_output_validates_even_when_cut(client: openai.OpenAI) -> None:
-    fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}}
+    fmt: ResponseFormatJSONSchema = {"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}}
     for max_tokens in (22, 40):
         r = client.chat.completions.create(
             model="tiny",
@@ -138,7 +152,7 @@ def test_structured_output_validates_even_when_cut(client: openai.OpenAI) -> Non
             max_tokens=max_tokens,
             temperature=1.0,
             seed=max_tokens,
-            response_format=fmt,  # type: ignore[arg-type]
+            response_format=fmt,
         )
         jsonschema.validate(json.loads(r.choices[0].message.content or ""), SCHEMA)
     r2 = client.completions.create(model="tiny", prompt="x", max_tokens=30, extra_body={"json_schema": SCHEMA})

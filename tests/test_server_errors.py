@@ -4,7 +4,6 @@ server keeps serving. Plus API keys (401), per-key rate limits (429) and the bou
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from tests.waiting import wait_until
 
 
 def start(overrides: list[str]) -> BackgroundServer:
@@ -110,15 +110,21 @@ def test_malformed_json_unknown_model_and_bad_tokens(server: BackgroundServer) -
     error_of(httpx.post(u + "/tokenize", json={}), 400)
 
 
+def prompt_tokens_total(metrics: str) -> float:
+    found = re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics)
+    assert found is not None, metrics[-2000:]
+    return float(found.group(1))
+
+
 def test_server_keeps_serving_and_nothing_reached_the_engine(server: BackgroundServer) -> None:
     for body, _ in BAD_COMPLETIONS[:5]:
         httpx.post(server.url + "/v1/completions", json=body)
     metrics = httpx.get(server.url + "/metrics").text
-    before = float(re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics).group(1))
+    before = prompt_tokens_total(metrics)
     for body, _ in BAD_COMPLETIONS:
         httpx.post(server.url + "/v1/completions", json=body)
     metrics = httpx.get(server.url + "/metrics").text
-    after = float(re.search(r'forge:prompt_tokens_total\{model_name="synthetic"\} ([0-9.]+)', metrics).group(1))
+    after = prompt_tokens_total(metrics)
     assert after == before
     ok = httpx.post(server.url + "/v1/completions", json=GOOD)
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("stop", "length")
@@ -153,10 +159,8 @@ def test_bounded_waiting_queue_answers_503() -> None:
             streams = [c.stream("POST", "/v1/completions", json={**body, "max_tokens": 2000}) for _ in range(3)]
             for st in streams:
                 st.__enter__()
-            deadline = time.monotonic() + 10
-            while 'forge:num_requests_waiting{model_name="synthetic"} 2.0' not in c.get("/metrics").text:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            waiting = 'forge:num_requests_waiting{model_name="synthetic"} 2.0'
+            wait_until(lambda: waiting in c.get("/metrics").text, "two requests waiting in /metrics")
             err = error_of(c.post("/v1/completions", json=GOOD), 503)
             assert err["code"] == "overloaded"
             for st in streams:

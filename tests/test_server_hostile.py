@@ -22,6 +22,7 @@ from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 from tests.hostile_cases import CASES, CHAT, CMPL, JSON_TYPE, MODEL, TOKENIZE, Case, chat, cmpl
+from tests.waiting import wait_until
 
 COMPILE_BUDGET_S = 5.0  # structured.compile_timeout_s's default
 HEALTH_PROBE_S = 2.0  # the longest /health may take while a hostile request is being served
@@ -277,7 +278,4 @@ def test_after_the_suite_the_server_is_as_before(live: Live) -> None:
     after = Greedy.of(live.client)
     assert after == live.before
     idle = {"kv_cache_usage_perc": 0.0, "num_requests_running": 0.0, "num_requests_waiting": 0.0}
-    deadline = time.monotonic() + 10
-    while (gauges := kv_gauges(live.client)) != idle:
-        assert time.monotonic() < deadline, gauges
-        time.sleep(0.05)
+    wait_until(lambda: kv_gauges(live.client) == idle, lambda: f"gauges {kv_gauges(live.client)}")

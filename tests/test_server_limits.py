@@ -79,9 +79,9 @@ def test_non_ascii_bearer_token_is_401_and_a_non_ascii_key_works() -> None:
     try:
         u = s.url + "/v1/completions"
         for token in ("Bearer ключ-не-тот".encode(), b"Bearer \xff\xfe", "Bearer é".encode("latin-1")):
-            err = error_of(httpx.post(u, json=GOOD, headers={"Authorization": token}), 401)
+            err = error_of(httpx.post(u, json=GOOD, headers={b"Authorization": token}), 401)
             assert err["type"] == "authentication_error"
-        ok = httpx.post(u, json=GOOD, headers={"Authorization": "Bearer ключ".encode()})
+        ok = httpx.post(u, json=GOOD, headers={b"Authorization": "Bearer ключ".encode()})
         assert ok.status_code == 200, ok.text
     finally:
         s.stop()

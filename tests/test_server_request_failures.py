@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from tests.waiting import wait_until
 
 GOOD = {"model": "synthetic", "prompt": "hello", "max_tokens": 6, "temperature": 0}
 
@@ -39,10 +39,8 @@ def _completion(server: BackgroundServer, body: dict[str, Any] | bytes) -> httpx
 def _assert_serving(server: BackgroundServer, expected_text: str) -> None:
     """/health 200, the engine idle with every KV block free, and a request answered as before."""
     engine = server.app.state.forge.engine.engine
-    deadline = time.monotonic() + 30
-    while engine.has_unfinished() or engine.scheduler.kv.num_free_blocks() != engine.scheduler.kv.num_blocks:
-        assert time.monotonic() < deadline, "engine did not go idle"
-        time.sleep(0.02)
+    kv = engine.scheduler.kv
+    wait_until(lambda: not engine.has_unfinished() and kv.num_free_blocks() == kv.num_blocks, "engine not idle")
     assert httpx.get(server.url + "/health").status_code == 200
     r = _completion(server, GOOD)
     assert r.status_code == 200, r.text

@@ -14,12 +14,15 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from tests.waiting import wait_until
 
 
 async def _stream_all(url: str, n: int, max_tokens: int) -> tuple[list[float], list[int], list[BaseException]]:
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
     http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(300.0))
-    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", http_client=http, max_retries=0)
+    # openai annotates http_client as httpx2.AsyncClient but takes an httpx.AsyncClient at run time too
+    # (its is_legacy_httpx_async_client check): the stub is narrower than the library.
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", http_client=http, max_retries=0)  # type: ignore[arg-type]
     ttfts: list[float] = []
     counts: list[int] = []
     errors: list[BaseException] = []
@@ -60,10 +63,7 @@ def soak(n: int, max_tokens: int) -> float:
     with BackgroundServer(app) as s:
         ttfts, counts, errors = asyncio.run(_stream_all(s.url, n, max_tokens))
         engine = state.engine.engine
-        deadline = time.monotonic() + 10
-        while engine.has_unfinished():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: not engine.has_unfinished(), "the engine still has unfinished requests")
     assert not errors, errors[:3]
     assert len(counts) == n and all(c == max_tokens for c in counts)
     assert state.engine.leak is None and state.engine.error is None  # check_idle ran at shutdown

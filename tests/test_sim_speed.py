@@ -17,13 +17,14 @@ from forge.core.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
 from forge.core.request import Request
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
+from forge.engine.sim_runner import SimulationRunner
 from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
 from forge.kvcache.base import KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
-from forge.sim.clock import BatchShape
+from forge.sim.clock import BatchShape, PredictedClock
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
 CASES = {
@@ -40,8 +41,9 @@ CASES = {
 def run(overrides: list[str], host: bool) -> tuple[dict[str, list[int]], Engine]:
     cfg = compose_config([*BASE, *overrides])
     engine = build_engine(cfg)
-    assert engine.runner.host  # the synthetic model on CPU takes the host path by default
-    engine.runner.host = host
+    runner = engine.runner
+    assert isinstance(runner, SimulationRunner) and runner.host  # the synthetic model on CPU: host path
+    runner.host = host
     finals = engine.run(workload_requests(cfg, engine))
     return {rid: out.token_ids for rid, out in finals.items()}, engine
 
@@ -55,7 +57,9 @@ def test_host_path_matches_tensor_path(case: str) -> None:
     assert e1.recorder.requests_frame().equals(e2.recorder.requests_frame())
 
 
-def _row(model: SyntheticModel, cache: list, table: list[int], pos: int, token: int) -> int:  # type: ignore[type-arg]
+def _row(
+    model: SyntheticModel, cache: list[tuple[torch.Tensor, torch.Tensor]], table: list[int], pos: int, token: int
+) -> int:
     """The token sampled after decoding ``token`` at ``pos`` (on a copy of the cache: reads only), as a
     column-wise decode row; the same row as a one-token chunk gives the same token."""
     copy = [(k.clone(), v.clone()) for k, v in cache]
@@ -154,7 +158,9 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
     engine.scheduler.schedule = recording  # type: ignore[method-assign]
     engine.run(workload_requests(cfg, engine))
     prompt = {rid: tl.num_prompt_tokens for rid, tl in engine.recorder.requests.items()}
-    cost = engine.clock.cost_model  # type: ignore[attr-defined]
+    clock = engine.clock
+    assert isinstance(clock, PredictedClock)
+    cost = clock.cost_model
     decodes = 0
     for sched in steps:
         assert sched.num_batched_tokens == sum(s.num_tokens for s in sched.scheduled)

@@ -101,9 +101,9 @@ def test_masks_are_cached_per_state_and_length_guard_narrows() -> None:
     guide = backend.guide(ConstraintSpec.regex("a+b"))
     s = guide.initial
     assert guide.mask(s, 100) is guide.mask(s, 50)  # same cached tensor off the budget edge
-    s = guide.next_state(s, ord("a"))
-    assert s is not None
-    roomy, tight = guide.mask(s, 10), guide.mask(s, 1)
+    after_a = guide.next_state(s, ord("a"))
+    assert after_a is not None
+    roomy, tight = guide.mask(after_a, 10), guide.mask(after_a, 1)
     assert roomy[ord("a")] and roomy[ord("b")]
     assert tight[ord("b")] and not tight[ord("a")]  # one token left: must finish
     assert guide.num_cached_masks == 3

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gguf_fixtures import CHAT_TEMPLATE, write_tiny_gguf
 
 from forge.models.gguf_file import GGUFFile
 from forge.tokenizers.base import ByteTokenizer, IncrementalDetokenizer, Tokenizer
 from forge.tokenizers.chat_template import ChatTemplateError, render_chat
 from forge.tokenizers.gguf import GGUFTokenizerError, tokenizer_from_gguf
 from forge.tokenizers.hf import HFTokenizer
+from tests.gguf_fixtures import CHAT_TEMPLATE, write_tiny_gguf
 
 TEXTS = [
     "the theory of the quick world",
@@ -94,8 +94,14 @@ def test_unknown_vocab_kinds_are_errors() -> None:
     with pytest.raises(GGUFTokenizerError, match="tokenizer.ggml.model 'bert'"):
         tokenizer_from_gguf({"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]})
     with pytest.raises(GGUFTokenizerError, match="pre 'mystery'"):
-        tokenizer_from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "mystery",
-                             "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.merges": ["a a"]})
+        tokenizer_from_gguf(
+            {
+                "tokenizer.ggml.model": "gpt2",
+                "tokenizer.ggml.pre": "mystery",
+                "tokenizer.ggml.tokens": ["a"],
+                "tokenizer.ggml.merges": ["a a"],
+            }
+        )
 
 
 def test_chat_template_from_file(tmp_path: Path) -> None:
@@ -108,8 +114,10 @@ def test_chat_template_from_file(tmp_path: Path) -> None:
 
 
 def test_chat_template_hf_environment() -> None:
-    source = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'bad' %}{{ raise_exception('no') }}"
-              "{% endif %}{{ m | tojson }}\n{% endfor %}")
+    source = (
+        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'bad' %}{{ raise_exception('no') }}"
+        "{% endif %}{{ m | tojson }}\n{% endfor %}"
+    )
     out = render_chat(source, [{"role": "user", "content": "é"}], special_tokens={"bos_token": "<s>"})
     assert out == '<s>{"role": "user", "content": "é"}\n'
     with pytest.raises(ChatTemplateError, match="no"):

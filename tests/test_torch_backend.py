@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_helpers import paged_batch
 
 from forge.kernels.torch_backend import TorchBackend
+from tests.attention_helpers import paged_batch
 
 # (context before, new tokens): a decode, a chunk with a cached prefix, a fresh prompt, a decode at a block edge;
 # then a pure decode step (one query row per request), and a lone decode (the batch-1 path)
