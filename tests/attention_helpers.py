@@ -43,8 +43,10 @@ def paged_batch(
     The new tokens' K/V are already in the cache."""
     gen = torch.Generator().manual_seed(seed)
     nblocks = sum(-(-(c + n) // bs) for c, n in shapes) + 3
-    kv = (torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
-          torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype))
+    kv = (
+        torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
+        torch.randn(nblocks, bs, kvh, d, generator=gen).to(kv_dtype),
+    )
     perm = torch.randperm(nblocks, generator=gen).tolist()
     tables, slots, qs, refs = [], [], [], []
     for ctx, n in shapes:

@@ -46,8 +46,32 @@ def sentencepiece_vocab() -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>", *[f"<0x{b:02X}>" for b in range(256)]]
     types = [2, 3, 3, *[6] * 256]
     chars = sorted(set("".join(CORPUS).replace(" ", "▁")) - {"\n", "\t"})
-    pieces = ["▁t", "he", "▁the", "in", "▁a", "er", "▁w", "or", "▁wor", "ld", "▁world", "ll", "▁he", "llo",
-              "▁hello", "▁th", "en", "▁then", "▁The", "ck", "ui", "▁qu", "▁qui", "▁quick"]
+    pieces = [
+        "▁t",
+        "he",
+        "▁the",
+        "in",
+        "▁a",
+        "er",
+        "▁w",
+        "or",
+        "▁wor",
+        "ld",
+        "▁world",
+        "ll",
+        "▁he",
+        "llo",
+        "▁hello",
+        "▁th",
+        "en",
+        "▁then",
+        "▁The",
+        "ck",
+        "ui",
+        "▁qu",
+        "▁qui",
+        "▁quick",
+    ]
     pieces = [p for p in pieces if p not in chars]
     scores = [0.0] * len(tokens)
     for i, piece in enumerate([*chars, *pieces]):
@@ -59,33 +83,53 @@ def sentencepiece_vocab() -> tuple[list[str], list[float], list[int]]:
 
 
 def tiny_config(vocab_size: int, attention_bias: bool = False) -> LlamaConfig:
-    return LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=4,
-                       num_kv_heads=2, max_position=256, rope_theta=10000.0, attention_bias=attention_bias)
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=96,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position=256,
+        rope_theta=10000.0,
+        attention_bias=attention_bias,
+    )
 
 
 def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's converter permutation (``convert_hf_to_gguf.LlamaModel.permute``)."""
-    return weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
-        weight.shape
+    return (
+        weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
     )
 
 
 _GGUF_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
 }
 
 
 def gguf_name(hf: str) -> str:
     if hf.startswith("model.layers."):
-        idx, rest = hf[len("model.layers."):].split(".", 1)
+        idx, rest = hf[len("model.layers.") :].split(".", 1)
         return f"blk.{idx}.{_GGUF_NAMES[rest]}"
-    return {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-            "lm_head.weight": "output.weight"}[hf]
+    return {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }[hf]
 
 
 def write_tiny_gguf(
@@ -164,6 +208,8 @@ def write_tiny_gguf(
 
 
 def permute_qk_inverse(weight: np.ndarray, n_head: int) -> np.ndarray:
-    return weight.reshape(n_head, weight.shape[0] // n_head // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
-        weight.shape
+    return (
+        weight.reshape(n_head, weight.shape[0] // n_head // 2, 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
     )

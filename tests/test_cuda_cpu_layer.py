@@ -87,7 +87,7 @@ def runtime() -> CpuCuda:
 
 
 @pytest.fixture(scope="module")
-def module(runtime: CpuCuda):  # type: ignore[no-untyped-def]
+def module(runtime: CpuCuda):
     return runtime.RawModule(code=KERNELS, options=("--std=c++17",))
 
 
@@ -95,7 +95,7 @@ def ptr(t: torch.Tensor) -> np.uint64:
     return np.uint64(t.data_ptr())
 
 
-def test_half_and_bfloat16_round_to_nearest_even_bit_for_bit(module) -> None:  # type: ignore[no-untyped-def]
+def test_half_and_bfloat16_round_to_nearest_even_bit_for_bit(module) -> None:
     gen = torch.Generator().manual_seed(0)
     specials = torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 1e-8, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 1e30])
     patterns = torch.randint(-(2**31), 2**31, (200_000,), generator=gen, dtype=torch.int64).to(torch.int32)
@@ -116,7 +116,7 @@ def test_half_and_bfloat16_round_to_nearest_even_bit_for_bit(module) -> None:  #
     assert torch.equal(got[~got.isnan()], every_half[~every_half.isnan()])
 
 
-def test_shuffles_exchange_within_one_warp_of_32_lanes(module) -> None:  # type: ignore[no-untyped-def]
+def test_shuffles_exchange_within_one_warp_of_32_lanes(module) -> None:
     out = torch.full((32,), float("nan"))
     ids = torch.full((96,), -1, dtype=torch.int32)
     module.get_function("warps")((1,), (64,), (ptr(out), ptr(ids)))
@@ -135,7 +135,7 @@ def test_shuffles_exchange_within_one_warp_of_32_lanes(module) -> None:  # type:
         ("shuffle_with_exited_lane", "lane 5 is exited"),
     ],
 )
-def test_divergent_synchronisation_aborts_with_the_line(module, kernel: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_divergent_synchronisation_aborts_with_the_line(module, kernel: str, message: str) -> None:
     out = torch.zeros(64)
     with pytest.raises(CudaLaunchError, match=message) as err:
         module.get_function(kernel)((1,), (64,), (ptr(out),))
@@ -143,7 +143,7 @@ def test_divergent_synchronisation_aborts_with_the_line(module, kernel: str, mes
 
 
 @pytest.mark.parametrize("offset", [1, -1])
-def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset: int) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset: int) -> None:
     out = torch.zeros(2 * 64)
     neighbours = module.get_function("neighbours")
     j = torch.arange(64) + offset
@@ -154,7 +154,7 @@ def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset
     assert out.isnan().any()  # the uniform-control barrier is gone: some thread read the poison
 
 
-def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None:  # type: ignore[no-untyped-def]
+def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None:
     out = torch.zeros(32)
     reader = module.get_function("shared_reader")
     reader((1,), (32,), (ptr(out), np.int32(63)), shared_mem=256)
@@ -166,7 +166,7 @@ def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None: 
     reader((1,), (32,), (ptr(out), np.int32(0)), shared_mem=256)  # the process and the layer carry on
 
 
-def test_launches_a_gpu_would_reject_raise(module) -> None:  # type: ignore[no-untyped-def]
+def test_launches_a_gpu_would_reject_raise(module) -> None:
     out = torch.zeros(1024)
     reader = module.get_function("shared_reader")
     args = (ptr(out), np.int32(0))
@@ -204,7 +204,7 @@ def test_ucontext_fibers_give_the_same_results() -> None:
         module.get_function("divergent_barrier")((1,), (64,), (ptr(torch.zeros(64)),))
 
 
-def test_graph_replays_recorded_ops_without_python(runtime: CpuCuda, module) -> None:  # type: ignore[no-untyped-def]
+def test_graph_replays_recorded_ops_without_python(runtime: CpuCuda, module) -> None:
     graphs = runtime.graphs
     x = torch.ones(32)
     calls = []

@@ -93,7 +93,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
 # -- element-wise and row kernels ---------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,hidden", [full(1, 64), (7, 576), full(33, 1000), full(4, 4096)])
-def test_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -> None:  # type: ignore[no-untyped-def]
+def test_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     x = torch.randn(rows, hidden, device=device, dtype=dtype)
     w = (1 + 0.1 * torch.randn(hidden, device=device)).to(dtype)
@@ -104,7 +104,7 @@ def test_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -> No
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,hidden", [full(1, 64), (9, 576), full(40, 2048)])
-def test_add_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -> None:  # type: ignore[no-untyped-def]
+def test_add_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     x = torch.randn(rows, 2 * hidden, device=device, dtype=dtype)[:, :hidden]  # strided rows
     r = torch.randn(rows, hidden, device=device, dtype=dtype)
@@ -120,7 +120,7 @@ def test_add_rms_norm(dev: Device, dtype: torch.dtype, rows: int, hidden: int) -
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [full(4, 2, 16), (9, 3, 64), full(32, 8, 128)])
-def test_rope(dev: Device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:  # type: ignore[no-untyped-def]
+def test_rope(dev: Device, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     from forge.models.decoder import rope_cos_sin
     from forge.models.llama import LlamaConfig
@@ -156,7 +156,7 @@ def test_rope(dev: Device, dtype: torch.dtype, heads: int, kv_heads: int, head_d
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens,inter", [full(1, 64), (13, 1536), full(300, 160)])
-def test_silu_mul(dev: Device, dtype: torch.dtype, tokens: int, inter: int) -> None:  # type: ignore[no-untyped-def]
+def test_silu_mul(dev: Device, dtype: torch.dtype, tokens: int, inter: int) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     gate_up = 3 * torch.randn(tokens, 2 * inter, device=device, dtype=dtype)
     out = poisoned((tokens, inter), dtype, device)
@@ -167,7 +167,7 @@ def test_silu_mul(dev: Device, dtype: torch.dtype, tokens: int, inter: int) -> N
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,vocab", [full(1, 5), (3, 320), full(64, 49152), (2, 128_257)])
-def test_argmax(dev: Device, dtype: torch.dtype, rows: int, vocab: int) -> None:  # type: ignore[no-untyped-def]
+def test_argmax(dev: Device, dtype: torch.dtype, rows: int, vocab: int) -> None:
     cuda, device = dev.cuda, dev.name
     logits = torch.randn(rows, vocab, device=device).to(dtype)
     logits[0, vocab // 3] = logits[0, vocab - 1] = 100.0  # a tie: the first index wins
@@ -181,7 +181,7 @@ def test_argmax(dev: Device, dtype: torch.dtype, rows: int, vocab: int) -> None:
 # -- KV cache write --------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size", [full(8), 16, full(32)])
-def test_reshape_and_cache(dev: Device, dtype: torch.dtype, block_size: int) -> None:  # type: ignore[no-untyped-def]
+def test_reshape_and_cache(dev: Device, dtype: torch.dtype, block_size: int) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     num_blocks, kv_heads, head_dim, tokens = 12, 3, 64, 50
     qkv = torch.randn(tokens, 5 * kv_heads * head_dim, device=device, dtype=dtype)
@@ -252,7 +252,7 @@ def attention_case(
     return query, k_cache, v_cache, meta
 
 
-def check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=None) -> None:  # type: ignore[no-untyped-def]
+def check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=None) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     head_dim = query.shape[-1]
     scale = head_dim**-0.5
@@ -267,7 +267,7 @@ def check_attention(dev: Device, dtype, query, k_cache, v_cache, meta, window=No
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size,gqa", ATTENTION_LAYOUTS)
-def test_decode_attention(dev: Device, dtype, block_size, gqa) -> None:  # type: ignore[no-untyped-def]
+def test_decode_attention(dev: Device, dtype, block_size, gqa) -> None:
     device = dev.name
     # Lengths: 1, non-multiples of every block size, exactly one partition (512), and long
     # contexts that span 2..5 partitions of 512 and need the reduce kernel.
@@ -280,7 +280,7 @@ def test_decode_attention(dev: Device, dtype, block_size, gqa) -> None:  # type:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim,kv_heads,gqa", [full(16, 2, 2), full(64, 3, 3), full(128, 8, 4), full(256, 1, 8)])
-def test_decode_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:  # type: ignore[no-untyped-def]
+def test_decode_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:
     device = dev.name
     seq_lens = [5, 16, 700, 1025]
     case = attention_case(dtype, 16, kv_heads, gqa, head_dim, [1] * 4, seq_lens, seed=head_dim, device=device)
@@ -289,7 +289,7 @@ def test_decode_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gq
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("block_size,gqa", ATTENTION_LAYOUTS)
-def test_prefill_attention_with_cached_prefix(dev: Device, dtype, block_size, gqa) -> None:  # type: ignore[no-untyped-def]
+def test_prefill_attention_with_cached_prefix(dev: Device, dtype, block_size, gqa) -> None:
     device = dev.name
     # Full prefills, chunks after a cached prefix (query_len < seq_len), a 2-token chunk, and
     # decode requests mixed in: both kernels in one step, every output row written once.
@@ -303,7 +303,7 @@ def test_prefill_attention_with_cached_prefix(dev: Device, dtype, block_size, gq
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("head_dim,kv_heads,gqa", [full(16, 2, 2), full(128, 8, 4), full(256, 2, 8)])
-def test_prefill_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:  # type: ignore[no-untyped-def]
+def test_prefill_attention_head_shapes(dev: Device, dtype, head_dim, kv_heads, gqa) -> None:
     device = dev.name
     case = attention_case(dtype, 16, kv_heads, gqa, head_dim, [70, 9], [70, 200], seed=head_dim + gqa, device=device)
     check_attention(dev, dtype, *case)
@@ -328,7 +328,7 @@ def test_sliding_window_attention(dev: Device, dtype: torch.dtype, window: int) 
     check_attention(dev, dtype, *case, window=window)
 
 
-def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None:  # type: ignore[no-untyped-def]
+def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     dtype = torch.bfloat16
     query, k_cache, v_cache, meta = attention_case(
@@ -341,7 +341,7 @@ def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None: 
 
 
 # -- quantized weights ------------------------------------------------------------------------
-def _quantized(kind: str, in_f: int, out_f: int, seed: int, device: str):  # type: ignore[no-untyped-def]
+def _quantized(kind: str, in_f: int, out_f: int, seed: int, device: str):
     from forge.kernels.cuda.quant import quantize_q8_0, random_q4_k
 
     gen = torch.Generator().manual_seed(seed)
@@ -352,7 +352,7 @@ def _quantized(kind: str, in_f: int, out_f: int, seed: int, device: str):  # typ
 
 @pytest.mark.parametrize("kind", ["q8_0", "q4_k"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_dequantize(dev: Device, kind: str, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+def test_dequantize(dev: Device, kind: str, dtype: torch.dtype) -> None:
     cuda, device = dev.cuda, dev.name
     from forge.kernels.cuda.quant import dequantize_rows
 
@@ -367,7 +367,7 @@ def test_dequantize(dev: Device, kind: str, dtype: torch.dtype) -> None:  # type
 @pytest.mark.parametrize("kind", ["q8_0", "q4_k"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [full(1), 3, full(8)])
-def test_gemv(dev: Device, kind: str, dtype: torch.dtype, rows: int) -> None:  # type: ignore[no-untyped-def]
+def test_gemv(dev: Device, kind: str, dtype: torch.dtype, rows: int) -> None:
     cuda, device = dev.cuda, dev.name
     from forge.kernels.cuda.quant import dequantize_reference
 
@@ -387,7 +387,7 @@ def test_gemv(dev: Device, kind: str, dtype: torch.dtype, rows: int) -> None:  #
 
 
 # -- end to end ---------------------------------------------------------------------------------
-def _greedy(model, backend, prompts: list[list[int]], steps: int, block_size: int = 16, runner=None) -> list[list[int]]:  # type: ignore[no-untyped-def]
+def _greedy(model, backend, prompts: list[list[int]], steps: int, block_size: int = 16, runner=None) -> list[list[int]]:
     """Chunked prefill (each prompt in two chunks: the second runs over a cached prefix),
     then ``steps`` batched decode steps; returns the generated tokens."""
     from forge.kernels.batch import ForwardBatch
@@ -445,7 +445,7 @@ def _greedy(model, backend, prompts: list[list[int]], steps: int, block_size: in
 PROMPTS = [[5, 17, 99, 3, 250, 8, 8, 41], [300, 2, 2, 2], list(range(10, 80)), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]
 
 
-def test_greedy_outputs_equal_torch_backend(dev: Device) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_outputs_equal_torch_backend(dev: Device) -> None:
     cuda, oracle, device = dev.cuda, dev.oracle, dev.name
     from forge.models.llama import build_tiny
 
@@ -473,7 +473,7 @@ def test_cuda_graph_replay_equals_eager(dev: Device, num_prompts: int) -> None:
 
 
 @FULL
-def test_q8_0_weights_stay_quantized_end_to_end(dev: Device) -> None:  # type: ignore[no-untyped-def]
+def test_q8_0_weights_stay_quantized_end_to_end(dev: Device) -> None:
     """A tiny model whose linear weights are Q8_0 on the GPU (GEMV at decode, dequantize +
     cuBLAS at prefill) generates what the same model with those weights dequantized does."""
     cuda, device = dev.cuda, dev.name
@@ -497,17 +497,19 @@ def test_engine_greedy_equals_torch_backend(dev: Device) -> None:
     from forge import LLM, SamplingParams
     from forge.kernels.cuda_graphs import GraphRunner
 
-    prompts = ["Hello, forge", [256, 72, 105], "a somewhat longer prompt about kernels", "x"]
+    prompts: list[str | list[int]] = ["Hello, forge", [256, 72, 105], "a somewhat longer prompt about kernels", "x"]
     params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in (10, 6, 3, 8)]
     model = ["model=tiny", "model.dtype=float32"]
     want = [o.token_ids for o in LLM(*model, "backend=torch", f"backend.device={dev.name}").generate(prompts, params)]
     runtime = "cpu" if dev.runtime is not None else "null"
     llm = LLM(*model, "backend=cuda", f"backend.device={dev.name}", f"backend.runtime={runtime}")
     assert [o.token_ids for o in llm.generate(prompts, params)] == want
-    graphs = llm.engine.runner.forward.__self__  # the backend's forward: a GraphRunner's run
+    graphs = getattr(llm.engine.runner.forward, "__self__", None)  # the backend's forward: a GraphRunner's run
     assert isinstance(graphs, GraphRunner) and graphs.enabled
     if dev.runtime is not None:
-        replays = [g.replays for g in llm.engine.runner.backend.graph_api.captured]
+        backend = llm.engine.runner.backend
+        assert isinstance(backend, CudaBackend)
+        replays = [g.replays for g in backend.graph_api.captured]
         assert len(replays) == len(graphs.buckets) and sum(replays) >= 8
 
 

@@ -128,7 +128,7 @@ def _mutated_ops(tmp_path: Path, mutation: Mutation, monkeypatch: pytest.MonkeyP
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "forge_mutant_ops", module)  # dataclasses look their module up
     spec.loader.exec_module(module)
-    return module.CudaOps  # type: ignore[no-any-return]
+    return module.CudaOps
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name.replace(" ", "-") for m in MUTATIONS])

@@ -25,6 +25,13 @@ def test_ruff_clean() -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def test_ruff_format_clean() -> None:
+    proc = run_module(
+        "ruff", "format", "--check", "forge", "run.py", "tests", "experiments", "benchmarks", "hydra_plugins"
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
 def test_mypy_clean() -> None:
     """pyproject's [tool.mypy] names what is checked: forge, tests and benchmarks."""
     proc = run_module("mypy")

