@@ -11,30 +11,15 @@ import httpx
 import openai
 import pytest
 
-from forge.config import compose_config
-from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from tests.server_helpers import error_of, serving, start
 from tests.waiting import wait_until
-
-
-def start(overrides: list[str]) -> BackgroundServer:
-    app, _ = app_from_config(compose_config(overrides), "synthetic")
-    return BackgroundServer(app).start()
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[BackgroundServer]:
-    s = start(["model=synthetic", "engine.max_model_len=256", "server.max_n=4"])
-    yield s
-    s.stop()
-    assert s.app.state.forge.engine.leak is None
-
-
-def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
-    assert r.status_code == status, (r.status_code, r.text)
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    return err
+    with serving(["model=synthetic", "engine.max_model_len=256", "server.max_n=4"]) as s:
+        yield s
 
 
 GOOD = {"model": "synthetic", "prompt": "hello", "max_tokens": 4}

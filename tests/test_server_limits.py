@@ -22,9 +22,11 @@ import pytest
 
 from forge.config import compose_config
 from forge.engine.build import build_engine
-from forge.server.app import app_from_config, build_app
+from forge.server.app import build_app
 from forge.server.background import BackgroundServer
 from forge.server.settings import ServerSettings
+from tests import server_helpers
+from tests.server_helpers import error_of, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"model": "synthetic", "prompt": "hello", "max_tokens": 4}
@@ -32,23 +34,15 @@ JSON = {"content-type": "application/json"}
 
 
 def start(overrides: list[str]) -> BackgroundServer:
-    app, _ = app_from_config(compose_config(["model=synthetic", *overrides]), "synthetic")
-    return BackgroundServer(app).start()
+    return server_helpers.start(["model=synthetic", *overrides])
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[BackgroundServer]:
-    s = start(["engine.max_model_len=256", "server.body_timeout_s=1", "server.header_timeout_s=1"])
-    yield s
-    s.stop()
-    assert s.app.state.forge.engine.leak is None
-
-
-def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
-    assert r.status_code == status, (r.status_code, r.text)
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and err["message"]
-    return err
+    with serving(
+        ["model=synthetic", "engine.max_model_len=256", "server.body_timeout_s=1", "server.header_timeout_s=1"]
+    ) as s:
+        yield s
 
 
 # -- item 3: text that is not valid Unicode ------------------------------------------------
