@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf_fixtures import SPECIAL, byte_level_vocab, permute_qk, permute_qk_inverse
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 SIZES: dict[str, Any] = {
@@ -92,8 +93,44 @@ def write_checkpoint(directory: Path, spec: FamilySpec, seed: int = 0) -> Any:
     return model.to(torch.float64).eval()
 
 
-# general.architecture llama.cpp's converter writes for each model_type (Mistral is written as llama)
-GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "phi3": "phi3", "llama": "llama"}
+# general.architecture llama.cpp's converter writes for each model_type (Mistral and Mixtral are written as llama)
+GGUF_ARCH = {
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "mistral": "llama",
+    "mixtral": "llama",
+    "phi3": "phi3",
+    "llama": "llama",
+}
+_EXPERT_RE = re.compile(r"(model\.layers\.\d+\.block_sparse_moe\.experts)\.(\d+)\.(w[123])\.weight")
+
+
+def stack_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with each layer's per-expert ``experts.E.wK.weight`` stacked into one
+    ``experts.wK.weight`` ``[experts, out, in]``, as llama.cpp's converter merges Mixtral's experts."""
+    stacked: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors.items():
+        match = _EXPERT_RE.fullmatch(name)
+        if match is None:
+            out[name] = tensor
+        else:
+            stacked.setdefault(f"{match.group(1)}.{match.group(3)}.weight", []).append((int(match.group(2)), tensor))
+    for name, experts in stacked.items():
+        out[name] = torch.stack([tensor for _, tensor in sorted(experts, key=lambda pair: pair[0])])
+    return out
+
+
+def unstack_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of ``stack_experts``."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors.items():
+        match = re.fullmatch(r"(.+\.experts)\.(w[123])\.weight", name)
+        if match is None:
+            out[name] = tensor
+        else:
+            out.update({f"{match.group(1)}.{e}.{match.group(2)}.weight": t for e, t in enumerate(tensor.unbind(0))})
+    return out
 
 
 def write_gguf(path: Path, directory: Path, qtype: GGMLQuantizationType) -> dict[str, torch.Tensor]:
@@ -120,6 +157,9 @@ def write_gguf(path: Path, directory: Path, qtype: GGMLQuantizationType) -> dict
     w.add_layer_norm_rms_eps(hf["rms_norm_eps"])
     if hf.get("sliding_window"):
         w.add_sliding_window(hf["sliding_window"])
+    if "num_local_experts" in hf:
+        w.add_expert_count(hf["num_local_experts"])
+        w.add_expert_used_count(hf["num_experts_per_tok"])
     tokens, merges = byte_level_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -130,14 +170,14 @@ def write_gguf(path: Path, directory: Path, qtype: GGMLQuantizationType) -> dict
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     w.add_add_bos_token(False)
     encoded: dict[str, torch.Tensor] = {}
-    for name, tensor in sorted(load_file(str(directory / "model.safetensors")).items()):
+    for name, tensor in sorted(stack_experts(load_file(str(directory / "model.safetensors"))).items()):
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         assert target is not None, name
         data = tensor.float().numpy()
         permuted = arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight"))
         n_head = heads if "q_proj" in name else kv_heads
         stored = permute_qk(data, n_head) if permuted else data
-        if data.ndim == 2 and qtype != GGMLQuantizationType.F32:
+        if data.ndim >= 2 and qtype != GGMLQuantizationType.F32:
             raw = gguf.quants.quantize(stored, qtype)
             w.add_tensor(target, raw, raw_shape=raw.shape, raw_dtype=qtype)
             back = gguf.quants.dequantize(raw, qtype)
@@ -149,4 +189,18 @@ def write_gguf(path: Path, directory: Path, qtype: GGMLQuantizationType) -> dict
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return encoded
+    return unstack_experts(encoded)
+
+
+def reference_on(directory: Path, weights: dict[str, torch.Tensor], into: Path) -> Any:
+    """transformers' model (float64, eval mode) of the checkpoint in ``directory`` with ``weights``
+    (Hugging Face naming, as saved) in place of its own; every weight must be named."""
+    transformers = pytest.importorskip("transformers")
+    into.mkdir()
+    (into / "config.json").write_text((directory / "config.json").read_text())
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(into / "model.safetensors"))
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(into), dtype=torch.float64, experts_implementation="eager", output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return model.eval()

@@ -4,7 +4,6 @@ engine with paged KV, chunked prefill and preemption (windowed families past the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
@@ -13,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from family_fixtures import GGUF_ARCH, SIZES, FamilySpec, write_checkpoint, write_gguf
-from forward_helpers import prefill_logits
+from family_fixtures import GGUF_ARCH, SIZES, FamilySpec, reference_on, write_checkpoint, write_gguf
+from forward_helpers import greedy, prefill_logits
 from gguf import GGMLQuantizationType
 from gguf_fixtures import CORPUS
 
@@ -23,6 +22,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
 from forge.models.base import Model, ModelDims
+from forge.models.gguf_file import GGUFError
 from forge.models.gguf_loader import load_gguf
 from forge.models.presets import model_dims
 from forge.models.safetensors_loader import CheckpointError, load_safetensors
@@ -141,7 +141,7 @@ def test_unsupported_settings_fail_at_load_naming_them(tmp_path: Path, settings:
 def test_gguf_of_the_same_weights_matches_transformers(
     checkpoint: tuple[Path, Any], qtype: GGMLQuantizationType, tmp_path: Path
 ) -> None:
-    directory, reference = checkpoint
+    directory, _ = checkpoint
     hf = json.loads((directory / "config.json").read_text())
     if hf["model_type"] not in GGUF_ARCH:
         pytest.skip(f"llama.cpp has no GGUF layout for {hf['model_type']} in forge")
@@ -153,9 +153,22 @@ def test_gguf_of_the_same_weights_matches_transformers(
     eps = from_hf.config.rms_norm_eps  # GGUF stores it as float32
     assert model.config.rms_norm_eps == pytest.approx(eps, rel=1e-6)
     assert dataclasses.replace(model.config, rms_norm_eps=eps) == from_hf.config
-    quantized = copy.deepcopy(reference)  # transformers on the weights the file holds
-    assert quantized.load_state_dict({k: v.double() for k, v in encoded.items()}, strict=False).unexpected_keys == []
+    quantized = reference_on(directory, encoded, tmp_path / "held")  # transformers on the weights the file holds
+    exact = load_gguf(str(tmp_path / "model.gguf"), dtype="float64")
     for ids in prompts(model):
         with torch.no_grad():
             expected = quantized(torch.tensor([ids])).logits[0].float()
+            tokens = quantized.generate(
+                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+            )
         torch.testing.assert_close(prefill_logits(model, ids), expected, rtol=0, atol=1e-4)
+        assert greedy(exact, ids, NEW_TOKENS) == tokens[0, len(ids) :].tolist()
+
+
+def test_mixtral_gguf_with_more_experts_per_token_than_experts_is_refused_naming_the_key(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, FamilySpec("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}))
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf, "num_experts_per_tok": 5}))
+    write_gguf(tmp_path / "model.gguf", tmp_path, GGMLQuantizationType.F32)
+    with pytest.raises(GGUFError, match=re.escape("llama.expert_used_count 5 not in 1..4")):
+        load_gguf(str(tmp_path / "model.gguf"))

@@ -38,12 +38,17 @@ class GGUFFormat:
     ``layer_names`` maps ``blk.N.<name>`` to ``model.layers.N.<Hugging Face name>`` (the tensors
     outside the layers are the same for every family: ``gguf_metadata.GLOBAL_NAMES``);
     ``convert(gguf_name, tensor, config, architecture)`` undoes what llama.cpp's converter did to a
-    tensor (a Q/K row permutation, a norm stored plus one)."""
+    tensor (a Q/K row permutation, a norm stored plus one).
+
+    ``matches`` None: the family reads every file of its ``architectures``. A predicate makes it a
+    variant of a shared architecture: it reads the files the predicate accepts, ahead of that
+    architecture's own family (llama.cpp writes a Mixtral as ``llama`` with ``llama.expert_count``)."""
 
     architectures: tuple[str, ...]
     config: Callable[[GGUFFile, str, int | None], Any]
     layer_names: Mapping[str, str]
     convert: Callable[[str, torch.Tensor, Any, str], torch.Tensor] = keep_tensor
+    matches: Callable[[GGUFFile], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,14 +82,16 @@ class ModelRegistry:
 
     families: tuple[ModelFamily, ...] = ()
     _by_gguf: Mapping[str, ModelFamily] = field(init=False, repr=False, compare=False)
+    _gguf_variants: tuple[ModelFamily, ...] = field(init=False, repr=False, compare=False)
     _by_hf: Mapping[str, ModelFamily] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_gguf: dict[str, ModelFamily] = {}
         by_hf: dict[str, ModelFamily] = {}
         for family in self.families:
+            variant = family.gguf is not None and family.gguf.matches is not None
             for table, names in (
-                (by_gguf, family.gguf.architectures if family.gguf else ()),
+                (by_gguf, family.gguf.architectures if family.gguf and not variant else ()),
                 (by_hf, family.hf.model_types if family.hf else ()),
             ):
                 for name in names:
@@ -94,6 +101,9 @@ class ModelRegistry:
                         )
                     table[name] = family
         object.__setattr__(self, "_by_gguf", by_gguf)
+        object.__setattr__(
+            self, "_gguf_variants", tuple(f for f in self.families if f.gguf is not None and f.gguf.matches is not None)
+        )
         object.__setattr__(self, "_by_hf", by_hf)
 
     def with_family(self, family: ModelFamily) -> ModelRegistry:
@@ -102,14 +112,22 @@ class ModelRegistry:
 
     @property
     def gguf_architectures(self) -> tuple[str, ...]:
-        return tuple(self._by_gguf)
+        variants = (a for f in self._gguf_variants if f.gguf for a in f.gguf.architectures)
+        return tuple(dict.fromkeys((*self._by_gguf, *variants)))
 
     @property
     def hf_model_types(self) -> tuple[str, ...]:
         return tuple(self._by_hf)
 
-    def for_gguf(self, architecture: str) -> tuple[ModelFamily, GGUFFormat] | None:
-        """The family of GGUF ``general.architecture`` ``architecture`` and its GGUF format, or None."""
+    def for_gguf(self, architecture: str, gguf: GGUFFile | None = None) -> tuple[ModelFamily, GGUFFormat] | None:
+        """The family of GGUF ``general.architecture`` ``architecture`` and its GGUF format, or None.
+        Given the file ``gguf``, the first registered variant (``GGUFFormat.matches``) that accepts it
+        comes first."""
+        if gguf is not None:
+            for variant in self._gguf_variants:
+                fmt = variant.gguf
+                if fmt and fmt.matches and architecture in fmt.architectures and fmt.matches(gguf):
+                    return variant, fmt
         family = self._by_gguf.get(architecture)
         return None if family is None or family.gguf is None else (family, family.gguf)
 

@@ -1,7 +1,8 @@
 """Models from GGUF files (llama.cpp's format).
 
 ``load_gguf(path)`` looks the file's ``general.architecture`` up in the model registry
-(``forge.models.registry``), reads the config from the metadata with that family's parser,
+(``forge.models.registry``; a family whose ``GGUFFormat.matches`` accepts the file comes first: a
+``llama`` file with experts is a Mixtral), reads the config from the metadata with that family's parser,
 dequantizes every tensor to float32, renames it to Hugging Face naming and applies the family's
 conversion (the Q/K row permutation llama.cpp's converter applies for its interleaved rope, Gemma's
 norms stored plus one), builds the tokenizer from the metadata, and hands all of it to the family's
@@ -30,7 +31,7 @@ _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 
 def family_of(gguf: GGUFFile, registry: ModelRegistry = MODEL_REGISTRY) -> tuple[ModelFamily, GGUFFormat]:
     """The registered family of the file's ``general.architecture`` (a ``GGUFError`` if none)."""
-    found = registry.for_gguf(gguf.architecture)
+    found = registry.for_gguf(gguf.architecture, gguf)
     if found is None:
         raise GGUFError(
             f"{gguf.path}: architecture {gguf.architecture!r} is not supported "
@@ -41,14 +42,17 @@ def family_of(gguf: GGUFFile, registry: ModelRegistry = MODEL_REGISTRY) -> tuple
 
 def hf_name(gguf_name: str, architecture: str = "llama", registry: ModelRegistry = MODEL_REGISTRY) -> str | None:
     """Hugging Face name of a GGUF tensor, or None if it is not a weight of ``architecture``."""
+    found = registry.for_gguf(architecture)
+    return GLOBAL_NAMES.get(gguf_name) if found is None else hf_name_in(gguf_name, found[1])
+
+
+def hf_name_in(gguf_name: str, fmt: GGUFFormat) -> str | None:
+    """Hugging Face name of a GGUF tensor, or None if it is not a weight of the family format ``fmt``."""
     if gguf_name in GLOBAL_NAMES:
         return GLOBAL_NAMES[gguf_name]
-    found = registry.for_gguf(architecture)
     match = _LAYER_RE.fullmatch(gguf_name)
-    if found is None or match is None:
-        return None
-    suffix = found[1].layer_names.get(match.group(2))
-    return None if suffix is None else f"model.layers.{match.group(1)}.{suffix}"
+    suffix = None if match is None else fmt.layer_names.get(match.group(2))
+    return None if match is None or suffix is None else f"model.layers.{match.group(1)}.{suffix}"
 
 
 def config_from_gguf(gguf: GGUFFile, max_position: int | None = None, registry: ModelRegistry = MODEL_REGISTRY) -> Any:
@@ -64,7 +68,7 @@ def state_dict_from_gguf(
     gguf.check_types()
     arch = gguf.architecture
     fmt = family_of(gguf, registry)[1]
-    names = {n: hf_name(n, arch, registry) for n in gguf.tensors if n != ROPE_FREQS}
+    names = {n: hf_name_in(n, fmt) for n in gguf.tensors if n != ROPE_FREQS}
     unknown = [n for n, target in names.items() if target is None]
     if unknown:
         raise GGUFError(f"{gguf.path}: tensors this {arch} loader does not know: {', '.join(unknown[:5])}")

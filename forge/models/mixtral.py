@@ -12,19 +12,27 @@ tokens); the results are scattered back with ``index_add_``. The attention weigh
 skeleton's and take every weight format; the experts stay in the model dtype.
 
 ``MIXTRAL`` tells the SafeTensors loader how ``mixtral`` directories give its config and tensors
-(``block_sparse_moe.gate`` and ``block_sparse_moe.experts.E.w1/w2/w3``, transformers' saved layout).
+(``block_sparse_moe.gate`` and ``block_sparse_moe.experts.E.w1/w2/w3``, transformers' saved layout),
+and the GGUF loader how llama.cpp writes them: architecture ``llama`` with ``llama.expert_count`` /
+``llama.expert_used_count``, Q/K rows permuted as for Llama, the router as ``blk.N.ffn_gate_inp`` and
+each layer's experts stacked ``[experts, out, in]`` as ``blk.N.ffn_gate_exps`` / ``ffn_up_exps`` /
+``ffn_down_exps`` (w1 / w3 / w2).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from forge.kernels.base import KernelBackend
+from forge.models import llama
 from forge.models.decoder import DecoderLayer, DecoderModel, TensorReader
-from forge.models.family import CheckpointError, HFFormat, ModelFamily
+from forge.models.family import CheckpointError, GGUFFormat, HFFormat, ModelFamily
+from forge.models.gguf_file import GGUFError, GGUFFile
+from forge.models.gguf_metadata import metadata_key
 from forge.models.hf_config import decoder_fields, sliding_window
 from forge.models.llama import LlamaConfig, attention_tensors, outer_tensors
 from forge.tokenizers.base import Tokenizer
@@ -64,8 +72,9 @@ class Mixtral(DecoderModel[MixtralConfig, MixtralLayer]):
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
     ) -> Mixtral:
-        """Build from Hugging Face-named tensors (``[out, in]`` linear weights, one set per expert)."""
-        r = TensorReader(state, dtype, device)
+        """Build from Hugging Face-named tensors (``[out, in]`` linear weights, one set per expert, or
+        each layer's ``experts.w1/w2/w3.weight`` stacked ``[experts, out, in]`` as the GGUF loader gives them)."""
+        r = TensorReader(per_expert(state, config), dtype, device)
         layers = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}.block_sparse_moe."
@@ -107,6 +116,47 @@ class Mixtral(DecoderModel[MixtralConfig, MixtralLayer]):
         return out.index_add_(0, tokens, weighted.to(x.dtype))
 
 
+def per_expert(state: dict[str, torch.Tensor], config: MixtralConfig) -> dict[str, torch.Tensor]:
+    """``state`` with every stacked ``block_sparse_moe.experts.wK.weight`` ``[experts, out, in]`` split
+    into ``experts.E.wK.weight``; a stack of the wrong expert count is a ``KeyError`` naming it."""
+    split = dict(state)
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}.block_sparse_moe.experts."
+        for w in ("w1", "w2", "w3"):
+            stacked = split.pop(f"{p}{w}.weight", None)
+            if stacked is None:
+                continue
+            if stacked.shape[0] != config.num_experts:
+                raise KeyError(f"{p}{w}.weight stacks {stacked.shape[0]} experts, the config has {config.num_experts}")
+            split.update({f"{p}{e}.{w}.weight": weight for e, weight in enumerate(stacked.unbind(0))})
+    return split
+
+
+def is_mixtral_gguf(gguf: GGUFFile) -> bool:
+    """A ``llama`` file with experts (``llama.expert_count`` above 0) is a Mixtral."""
+    return int(gguf.metadata.get(f"{gguf.architecture}.expert_count", 0)) > 0
+
+
+def config_from_gguf(gguf: GGUFFile, arch: str, max_position: int | None = None) -> MixtralConfig:
+    """The config of a Mixtral written as ``llama``: Llama's keys plus ``expert_count`` / ``expert_used_count``."""
+    base = llama.config_from_gguf(gguf, arch, max_position)
+    key = metadata_key(gguf, arch)
+    experts, top_k = int(key("expert_count")), int(key("expert_used_count"))
+    if not 1 <= top_k <= experts:
+        raise GGUFError(f"{gguf.path}: {arch}.expert_used_count {top_k} not in 1..{experts}")
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    return MixtralConfig(**fields, num_experts=experts, experts_per_token=top_k)
+
+
+GGUF_LAYER_NAMES = {
+    **{k: v for k, v in llama.GGUF_LAYER_NAMES.items() if not v.startswith("mlp.")},  # attention, norms
+    "ffn_gate_inp.weight": "block_sparse_moe.gate.weight",
+    "ffn_gate_exps.weight": "block_sparse_moe.experts.w1.weight",
+    "ffn_down_exps.weight": "block_sparse_moe.experts.w2.weight",
+    "ffn_up_exps.weight": "block_sparse_moe.experts.w3.weight",
+}
+
+
 def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | None = None) -> MixtralConfig:
     """The config of a ``mixtral`` ``config.json``."""
     experts, top_k = int(hf.get("num_local_experts", 8)), int(hf.get("num_experts_per_tok", 2))
@@ -120,4 +170,9 @@ def config_from_hf(hf: dict[str, Any], directory: str = "", max_position: int | 
     )
 
 
-MIXTRAL = ModelFamily(name="mixtral", build=Mixtral.from_state_dict, hf=HFFormat(("mixtral",), config_from_hf))
+MIXTRAL = ModelFamily(
+    name="mixtral",
+    build=Mixtral.from_state_dict,
+    gguf=GGUFFormat(("llama",), config_from_gguf, GGUF_LAYER_NAMES, llama.tensor_from_gguf, is_mixtral_gguf),
+    hf=HFFormat(("mixtral",), config_from_hf),
+)
