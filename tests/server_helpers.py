@@ -1,10 +1,17 @@
-"""Live servers for the server tests: one in a background thread per module, checked for leaks when it stops."""
+"""Live servers for the server tests: in a background thread (checked for leaks when it stops), or as a
+separate process started from the command line."""
 
 from __future__ import annotations
 
+import queue
+import re
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
 
@@ -35,3 +42,41 @@ def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
     return err
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _forward_lines(stream: IO[str], out: queue.Queue[str]) -> None:
+    for line in stream:
+        out.put(line)
+
+
+@contextmanager
+def server_process(cmd: list[str], start_bound_s: float = 120.0) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Run ``cmd`` (a server on port 0) from the repository root until it logs the port it listens on;
+    yields the process and the port, and kills the process on exit if it is still running."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    logs: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_forward_lines, args=(proc.stderr, logs), daemon=True).start()
+    try:
+        port = None
+        deadline = time.monotonic() + start_bound_s
+        while port is None and time.monotonic() < deadline:
+            try:
+                m = re.search(r"running on http://127\.0\.0\.1:(\d+)", logs.get(timeout=5))
+            except queue.Empty:
+                assert proc.poll() is None, "the server exited"
+                continue
+            port = int(m.group(1)) if m else None
+        assert port is not None, "the server did not start"
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)

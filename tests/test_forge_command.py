@@ -4,21 +4,18 @@
 from __future__ import annotations
 
 import json
-import queue
 import re
 import subprocess
 import sys
-import threading
-import time
 import tomllib
 from pathlib import Path
-from typing import IO
 
 import httpx
 import pytest
 
 from forge.cli import main, serve_overrides
 from forge.config import ConfigError
+from tests.server_helpers import server_process
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["model=synthetic", "clock=simulated", "workload.num_requests=4", "progress=false"]
@@ -130,41 +127,15 @@ def test_forge_serve_cfg_job_shows_the_mapped_config() -> None:
     assert re.search(r"block_size: 8\b", proc.stdout)
 
 
-def _lines(stream: IO[str], out: queue.Queue[str]) -> None:
-    for line in stream:
-        out.put(line)
-
-
 def test_forge_serve_starts_a_server_that_wants_the_api_key(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "forge.cli", "serve", "synthetic", "--port", "0", "--api-key", "sk-test"]
     cmd += ["--served-model-name", "daily", f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    logs: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stderr, logs), daemon=True).start()
-    try:
-        port = None
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline:
-            try:
-                m = re.search(r"running on http://127\.0\.0\.1:(\d+)", logs.get(timeout=5))
-            except queue.Empty:
-                assert proc.poll() is None, "the server exited"
-                continue
-            port = int(m.group(1)) if m else None
-        assert port is not None, "the server did not start"
+    with server_process(cmd) as (_, port):
         url = f"http://127.0.0.1:{port}/v1/models"
         assert httpx.get(url, timeout=30).status_code == 401
         models = httpx.get(url, headers={"Authorization": "Bearer sk-test"}, timeout=30).json()
         assert [card["id"] for card in models["data"]] == ["daily"]
         assert "sk-test" not in "".join(p.read_text() for p in tmp_path.rglob("*.yaml"))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def test_forge_bench_names_its_benchmarks() -> None:

@@ -5,13 +5,9 @@ on SIGTERM (a real ``run.py mode=serve`` subprocess)."""
 from __future__ import annotations
 
 import json
-import queue
-import re
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +22,7 @@ from forge.server.app import build_app
 from forge.server.background import BackgroundServer
 from forge.server.settings import ServerSettings
 from tests import server_helpers
-from tests.server_helpers import error_of, serving
+from tests.server_helpers import error_of, server_process, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = {"model": "synthetic", "prompt": "hello", "max_tokens": 4}
@@ -220,11 +216,6 @@ def test_engine_failures_do_not_leak_library_text(monkeypatch: pytest.MonkeyPatc
 
 
 # -- item 8: SIGTERM drains open streams ------------------------------------------------------
-def lines_of(stream: Any, out: queue.Queue[str]) -> None:
-    for line in stream:
-        out.put(line)
-
-
 def test_sigterm_sends_each_open_stream_its_final_chunk(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
@@ -236,20 +227,7 @@ def test_sigterm_sends_each_open_stream_its_final_chunk(tmp_path: Path) -> None:
         "server.shutdown_timeout_s=1",
         f"hydra.run.dir={tmp_path}",
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    logs: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lines_of, args=(proc.stderr, logs), daemon=True).start()
-    try:
-        port = None
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline:
-            try:
-                m = re.search(r"running on http://127\.0\.0\.1:(\d+)", logs.get(timeout=5))
-            except queue.Empty:
-                assert proc.poll() is None, "the server exited"
-                continue
-            port = int(m.group(1)) if m else None
-        assert port is not None, "the server did not start"
+    with server_process(cmd) as (proc, port):
         body = {**GOOD, "ignore_eos": True, "stream": True}  # 20k tokens: ~30 s, far past the drain
         url = f"http://127.0.0.1:{port}/v1/completions"
         with httpx.stream("POST", url, json={**body, "max_tokens": 20_000}, timeout=60) as r:
@@ -262,7 +240,3 @@ def test_sigterm_sends_each_open_stream_its_final_chunk(tmp_path: Path) -> None:
         final = json.loads(rest[-2])["choices"][0]
         assert final["finish_reason"] == "abort", final
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it caught
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
