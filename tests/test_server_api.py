@@ -126,9 +126,12 @@ def test_echo_and_logprobs(client: openai.OpenAI) -> None:
     r = client.completions.create(model="tiny", prompt="Hi", max_tokens=4, temperature=0, echo=True, logprobs=3)
     ch = r.choices[0]
     assert ch.text.startswith("Hi")
-    assert ch.logprobs is not None and len(ch.logprobs.token_logprobs or []) == 4
-    for lp, top in zip(ch.logprobs.token_logprobs or [], ch.logprobs.top_logprobs or [], strict=True):
-        assert lp is not None and lp <= 0 and 1 <= len(top) <= 3  # keys are token texts: byte tokens may collide
+    n_prompt = r.usage.prompt_tokens if r.usage else 0
+    assert ch.logprobs is not None and len(ch.logprobs.token_logprobs or []) == n_prompt + 4  # the prompt's, then 4
+    lps, tops = ch.logprobs.token_logprobs or [], ch.logprobs.top_logprobs or []
+    assert lps[0] is None and tops[0] is None  # the first prompt token has none
+    for lp, top in zip(lps[1:], tops[1:], strict=True):
+        assert lp is not None and lp <= 0 and 1 <= len(top) <= 4  # keys are token texts: byte tokens may collide
     c = client.chat.completions.create(
         model="tiny",
         messages=[{"role": "user", "content": "q"}],

@@ -16,7 +16,9 @@ class ScheduledRequest:
 
     ``sample`` says whether the last scheduled position is the last known token, i.e. a
     new token is sampled after it. ``num_draft_tokens`` of the scheduled tokens are
-    speculative drafts to be verified.
+    speculative drafts to be verified. ``num_prompt_logprob_rows``: the first that many scheduled
+    positions (from ``start``) each predict a prompt token whose logprob the request asked for
+    (``SamplingParams.prompt_logprobs``): position p gives prompt token p + 1's.
     """
 
     request_id: str
@@ -26,6 +28,7 @@ class ScheduledRequest:
     block_table: list[int]
     sample: bool
     num_draft_tokens: int = 0
+    num_prompt_logprob_rows: int = 0
 
 
 @dataclass(slots=True)
@@ -97,10 +100,13 @@ class ModelOutput:
     ``decode_token_ids``, when given, are the tokens of the step's ``decodes`` rows, one each in
     their order (with no logprobs), and ``sampled_token_ids`` holds only the chunks' requests.
     ``failed``: requests whose sampling (or constraint, or verification) failed this step, with
-    the reason; they have no tokens here and the engine finishes them with that error."""
+    the reason; they have no tokens here and the engine finishes them with that error.
+    ``prompt_logprobs``: per request with prompt-logprob rows this step, one entry per row (the
+    chunk's ``num_prompt_logprob_rows``), in position order."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     decode_token_ids: list[int] | None = None
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -129,6 +135,9 @@ class RequestOutput:
     logprobs: list[dict[int, float]] | None = None
     # why the request failed (finish_reason "error"): its sampling or the model step raised
     error: str | None = None
+    # on the request's first output when sampling_params.prompt_logprobs is set: per prompt token,
+    # {token id: logprob} of it and the top-k given the tokens before it (None for the first token)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:

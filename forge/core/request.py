@@ -60,6 +60,8 @@ class Request:
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
     constraint: TokenConstraint | None = None
+    # filled while the prompt is computed when sampling_params.prompt_logprobs is set (see RequestOutput)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

@@ -39,6 +39,9 @@ class SamplingParams:
     draw from a generator seeded by ``(seed, position)``, so their tokens never depend on what else is in the batch.
     ``logit_bias`` maps token ids to a bias added to their logits before anything else (OpenAI's).
     ``plain_greedy``: greedy with no penalties, bias or logprobs, so the token is the logits' argmax.
+    ``prompt_logprobs``: the request's first output carries, per prompt token, its logprob given the
+    tokens before it plus the top-k (None for the first token); such a request computes its whole
+    prompt (no prefix-cache hits).
 
     ``stop``, ``json_schema`` and ``regex`` concern the text, which the engine never sees: the caller
     that turns tokens into text applies them (``forge.llm.LLM`` does: a stop string ends the output and
@@ -58,6 +61,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logprobs: int | None = None
+    prompt_logprobs: int | None = None  # each prompt token's logprob (given those before it) plus the top-k
     logit_bias: Mapping[int, float] = field(default_factory=dict)  # kept as a read-only view
     n: int = 1  # parallel sampling: n sequences from one prompt, sharing its KV blocks (forge.sched.fork)
     stop: Sequence[str] = ()  # strings that end the output (never part of its text); kept as a tuple
@@ -83,6 +87,8 @@ class SamplingParams:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}], got {self.seed}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs must be >= 0, got {self.prompt_logprobs}")
         for token, bias in self.logit_bias.items():
             if token < 0:
                 raise ValueError(f"logit_bias token ids must be >= 0, got {token}")

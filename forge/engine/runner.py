@@ -118,7 +118,12 @@ class ModelRunner:
             except Exception as exc:
                 failed[rid] = failure_message(rid, exc)
             offset += n + 1
-        plain = logits if offset == len(rows) else logits[torch.tensor(row_of, dtype=torch.long, device=logits.device)]
+        prompt_logprobs = self.prompt_logprobs(sched, logits[offset:]) if logits.shape[0] > offset else {}
+        plain = (
+            logits
+            if offset == len(rows) == logits.shape[0]
+            else logits[torch.tensor(row_of, dtype=torch.long, device=logits.device)]
+        )
         for i, (rid, row, token) in enumerate(zip(owners, rows, sample_each(plain, rows), strict=True)):
             if isinstance(token, Exception):
                 failed[rid] = failure_message(rid, token)
@@ -126,4 +131,28 @@ class ModelRunner:
             sampled[rid] = [token]
             if row.params.logprobs is not None:
                 logprobs[rid] = [top_logprobs(plain[i], token, row.params.logprobs)]
-        return ModelOutput(sampled, logprobs, failed=failed)
+        return ModelOutput(sampled, logprobs, failed=failed, prompt_logprobs=prompt_logprobs)
+
+    @staticmethod
+    def prompt_logprobs(sched: SchedulerOutput, logits: torch.Tensor) -> dict[str, list[dict[int, float]]]:
+        """Per chunk with prompt-logprob rows (``logits``: those rows, in row order): each row's next
+        prompt token's logprob plus the request's top-k (raw model distribution)."""
+        out: dict[str, list[dict[int, float]]] = {}
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        row = 0
+        for s, r in zip(sched.scheduled, sched.requests, strict=True):
+            n = s.num_prompt_logprob_rows
+            if not n:
+                continue
+            k = r.sampling_params.prompt_logprobs or 0
+            rows = lp[row : row + n]
+            targets = r.prompt_token_ids[s.start + 1 : s.start + 1 + n]
+            chosen = rows.gather(1, torch.tensor(targets, device=rows.device).unsqueeze(1)).squeeze(1).tolist()
+            entries = [{t: v} for t, v in zip(targets, chosen, strict=True)]
+            if k:
+                vals, ids = rows.topk(k, dim=-1)
+                for e, vs, ts in zip(entries, vals.tolist(), ids.tolist(), strict=True):
+                    e.update(zip(ts, vs, strict=True))
+            out[s.request_id] = entries
+            row += n
+        return out

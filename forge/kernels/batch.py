@@ -15,7 +15,9 @@ class ForwardBatch:
     """Flat batch of the tokens scheduled this step.
 
     ``logits_indices`` are the rows of the flat batch whose next-token logits the caller
-    needs (one per sampling request, several for requests verifying drafts).
+    needs (one per sampling request, several for requests verifying drafts), followed by the
+    prompt-logprob rows of the chunks that have them (``ScheduledRequest.num_prompt_logprob_rows``,
+    in row order).
     """
 
     input_ids: torch.Tensor
@@ -28,7 +30,7 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
     """Flat input ids, positions, slot mapping and padded block tables for the scheduled chunks.
 
     Sampling rows: the last scheduled token of each sampling request, preceded by one row per
-    draft token (the target's prediction at each draft position)."""
+    draft token (the target's prediction at each draft position); then the prompt-logprob rows."""
     input_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -36,6 +38,7 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
     seq_lens: list[int] = []
     tables: list[list[int]] = []
     logits_rows: list[int] = []
+    prompt_rows: list[int] = []
     for s in sched.scheduled:
         end = s.start + s.num_tokens
         table = s.block_table
@@ -52,6 +55,8 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
         tables.append(table[: -(-end // block_size)])
         if s.sample:
             logits_rows.extend(range(query_start[-1] - 1 - s.num_draft_tokens, query_start[-1]))
+        if s.num_prompt_logprob_rows:
+            prompt_rows.extend(range(query_start[-2], query_start[-2] + s.num_prompt_logprob_rows))
     width = max((len(t) for t in tables), default=0)
     flat: list[int] = []  # the padded tables, row-major: one flat list converts far faster than nested ones
     for t in tables:
@@ -70,4 +75,4 @@ def build_forward_batch(sched: SchedulerOutput, block_size: int, device: torch.d
         query_lens_cpu=[s.num_tokens for s in sched.scheduled],
         seq_lens_cpu=seq_lens,
     )
-    return ForwardBatch(tensor(input_ids), tensor(positions), attn, tensor(logits_rows))
+    return ForwardBatch(tensor(input_ids), tensor(positions), attn, tensor(logits_rows + prompt_rows))

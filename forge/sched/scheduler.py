@@ -214,7 +214,8 @@ class Scheduler:
             request = self.waiting.peek()
             if request is None:
                 break
-            if request.num_computed_tokens == 0:
+            if request.num_computed_tokens == 0 and request.sampling_params.prompt_logprobs is None:
+                # a request asking for prompt logprobs computes its whole prompt: no prefix-cache hit
                 request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
             gap = request.num_tokens_with_spec - request.num_computed_tokens
             if gap > budget and not self.limits.enable_chunked_prefill:
@@ -245,6 +246,10 @@ class Scheduler:
         """The chunk of ``n`` tokens from the request's first uncomputed one (``known``: its prompt + output length)."""
         start = request.num_computed_tokens
         end = start + n
+        prompt_rows = 0
+        if request.sampling_params.prompt_logprobs is not None and not request.output_token_ids:
+            # (a request recomputed after its first output has already returned them)
+            prompt_rows = max(0, min(end, request.num_prompt_tokens - 1) - start)
         return ScheduledRequest(
             request.request_id,
             start,
@@ -253,6 +258,7 @@ class Scheduler:
             self.kv.block_table(request.request_id),
             end == known + len(request.spec_token_ids),
             end - known if end > known else 0,
+            prompt_rows,
         )
 
     @staticmethod
@@ -323,6 +329,8 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue
             request.num_computed_tokens += s.num_tokens
+            if s.num_prompt_logprob_rows and s.request_id in out.prompt_logprobs:
+                _record_prompt_logprobs(request, s.start, out.prompt_logprobs[s.request_id])
             if not s.sample:
                 continue
             rid, num_before = s.request_id, len(request.output_token_ids)
@@ -343,6 +351,9 @@ class Scheduler:
                     "",
                     request.num_cached_tokens,
                     lps,
+                    prompt_logprobs=list(request.prompt_logprobs)
+                    if num_before == 0 and request.prompt_logprobs is not None
+                    else None,
                 )
             )
         return outputs, finished
@@ -405,3 +416,12 @@ def _without(skipped: list[Request], requests: list[Request], tokens: list[int])
     """The decodes' requests and tokens but those of ``skipped``."""
     kept = [(r, t) for r, t in zip(requests, tokens, strict=True) if all(r is not x for x in skipped)]
     return [r for r, _ in kept], [t for _, t in kept]
+
+
+def _record_prompt_logprobs(request: Request, start: int, rows: list[dict[int, float]]) -> None:
+    """Append the prompt logprobs a chunk from position ``start`` computed (row i: prompt token
+    start + i + 1's) to the request's, skipping those it already has (a recomputed prompt)."""
+    if request.prompt_logprobs is None:
+        request.prompt_logprobs = [None]  # the first prompt token has no logprob
+    have = len(request.prompt_logprobs)
+    request.prompt_logprobs.extend(rows[max(have - (start + 1), 0) :])

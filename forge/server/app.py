@@ -46,7 +46,16 @@ from forge.server.protocol import (
     StreamOptions,
     TokenizeRequest,
 )
-from forge.server.responses import SSE_DONE, chat_logprobs, completion_logprobs, sse, usage
+from forge.server.responses import (
+    SSE_DONE,
+    chat_logprobs,
+    completion_logprobs,
+    echo_logprobs,
+    joined_logprobs,
+    sse,
+    usage,
+    vllm_prompt_logprobs,
+)
 from forge.server.settings import ServerSettings
 from forge.server.tools import ToolStream, tool_plan
 from forge.structured.base import StructuredBackend
@@ -192,12 +201,19 @@ ChunkChoice = Callable[[ChoiceSpec, ChoiceText, Delta], dict[str, Any]]
 FinalChoice = Callable[[ChoiceSpec, Delta], dict[str, Any]]
 
 
-async def _json_response(gen: Generation, base: dict[str, Any], final_choice: FinalChoice) -> JSONResponse:
-    """The non-streaming body of one call: each choice whole (``final_choice``) and the usage."""
+async def _json_response(
+    gen: Generation,
+    base: dict[str, Any],
+    final_choice: FinalChoice,
+    top_level: Callable[[dict[int, Delta]], dict[str, Any]] | None = None,
+) -> JSONResponse:
+    """The non-streaming body of one call: each choice whole (``final_choice``), the usage, and the
+    fields ``top_level`` derives from the merged choices (by index)."""
     merged = await gen.collect()
     out = [final_choice(c, merged[c.index]) for c in gen.choices.values()]
     n_out = sum(len(d.token_ids) for d in merged.values())
-    return JSONResponse({**base, "choices": out, "usage": usage(gen.prompt_tokens, n_out)})
+    extra = top_level(merged) if top_level is not None else {}
+    return JSONResponse({**base, "choices": out, "usage": usage(gen.prompt_tokens, n_out), **extra})
 
 
 def _sse_response(
@@ -241,7 +257,10 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
         raise APIError("suffix is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError("best_of other than n is not supported", param="best_of")
-    choices = await b.choices(body, b.completion_prompts(body), body.max_tokens, 16, body.logprobs)
+    echo_logprobs_k = body.logprobs if body.echo else None  # echo + logprobs: the prompt tokens' too
+    engine_prompt_k = max((k for k in (body.prompt_logprobs, echo_logprobs_k) if k is not None), default=None)
+    prompts = b.completion_prompts(body)
+    choices = await b.choices(body, prompts, body.max_tokens, 16, body.logprobs, prompt_logprobs=engine_prompt_k)
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -253,32 +272,51 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
             return ""
         return c.prompt_text if c.prompt_text is not None else tok.decode(c.prompt_ids)
 
-    def lp(c: ChoiceSpec, d: Delta, offset: int) -> dict[str, Any] | None:
+    def lp(c: ChoiceSpec, d: Delta, offset: int, first: bool) -> dict[str, Any] | None:
+        """The delta's logprobs object; on a choice's first delta with echo, the prompt's before them."""
         if body.logprobs is None:
             return None
-        return completion_logprobs(tok, d.token_ids, d.logprobs, k, offset)
+        generated = completion_logprobs(tok, d.token_ids, d.logprobs, k, offset)
+        if not (body.echo and first):
+            return generated
+        return joined_logprobs(echo_logprobs(tok, c.prompt_ids, d.prompt_logprobs, k), generated)
+
+    def prompt_lp(c: ChoiceSpec, d: Delta) -> dict[str, Any]:
+        if body.prompt_logprobs is None:
+            return {}
+        return {"prompt_logprobs": vllm_prompt_logprobs(tok, c.prompt_ids, d.prompt_logprobs, body.prompt_logprobs)}
 
     base = {"id": cid, "object": "text_completion", "created": int(time.time()), "model": state.model_name}
     if body.stream:
         started: set[int] = set()
 
         def chunk(c: ChoiceSpec, text: ChoiceText, d: Delta) -> dict[str, Any]:
-            prefix = echo_text(c) if c.index not in started else ""
+            first = c.index not in started
+            prefix = echo_text(c) if first else ""
             started.add(c.index)
-            logprobs = lp(c, d, text.sent - len(d.text))
-            return {"index": c.index, "text": prefix + d.text, "logprobs": logprobs, "finish_reason": d.finish_reason}
+            # offsets count the echoed prompt too, as the whole response's do
+            logprobs = lp(c, d, text.sent - len(d.text) + len(echo_text(c)), first)
+            head = prompt_lp(c, d) if first else {}
+            return {
+                "index": c.index,
+                "text": prefix + d.text,
+                "logprobs": logprobs,
+                "finish_reason": d.finish_reason,
+                **head,
+            }
 
         return _sse_response(gen, base, body.stream_options, chunk)
 
     def whole(c: ChoiceSpec, d: Delta) -> dict[str, Any]:
         echo = echo_text(c)
-        logprobs = lp(c, d, len(echo))
+        logprobs = lp(c, d, len(echo), True)
         return {
             "index": c.index,
             "text": echo + d.text,
             "logprobs": logprobs,
             "finish_reason": d.finish_reason,
             "stop_reason": None,
+            **prompt_lp(c, d),
         }
 
     return await _json_response(gen, base, whole)
@@ -294,7 +332,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     prompt = b.chat_prompt(body, plan.tools if plan is not None else None)
     spec = plan.spec if plan is not None else None
-    choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec)
+    choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec, body.prompt_logprobs)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -337,7 +375,15 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
             reason = "tool_calls"
         return {"index": c.index, "message": message, "logprobs": lp(d), "finish_reason": reason}
 
-    return await _json_response(gen, {**base, "object": "chat.completion"}, whole)
+    def prompt_lp(merged: dict[int, Delta]) -> dict[str, Any]:
+        """vLLM's chat shape: the prompt's logprobs once, on the response (every choice shares the prompt)."""
+        if body.prompt_logprobs is None:
+            return {}
+        c = choices[0]
+        entries = merged[c.index].prompt_logprobs
+        return {"prompt_logprobs": vllm_prompt_logprobs(tok, c.prompt_ids, entries, body.prompt_logprobs)}
+
+    return await _json_response(gen, {**base, "object": "chat.completion"}, whole, prompt_lp)
 
 
 def build_app(

@@ -298,11 +298,16 @@ class RequestBuilder:
         default_max_tokens: int | None,
         logprobs: int | None,
         tool_spec: ConstraintSpec | None = None,
+        prompt_logprobs: int | None = None,
     ) -> list[ChoiceSpec]:
+        """``prompt_logprobs``: the top-k the engine returns per prompt token (``body.prompt_logprobs``,
+        or more when the caller also needs them, e.g. completions' ``echo`` with ``logprobs``)."""
         if len(prompts) * body.n > MAX_CHOICES:
             raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
+        if prompt_logprobs is not None and not 0 <= prompt_logprobs <= self.max_logprobs:
+            raise APIError(f"prompt_logprobs must be in [0, {self.max_logprobs}]", param="prompt_logprobs")
         grammar = await self.grammar(body, tool_spec)
         if body.min_tokens and (grammar is not None or body.stop_strings()):
             raise APIError("min_tokens cannot be combined with stop strings or structured output", param="min_tokens")
@@ -361,6 +366,7 @@ class RequestBuilder:
                         frequency_penalty=body.frequency_penalty,
                         repetition_penalty=body.repetition_penalty,
                         logprobs=logprobs,
+                        prompt_logprobs=prompt_logprobs,
                         logit_bias=logit_bias,
                     )
                 except ValueError as exc:
@@ -389,6 +395,8 @@ class Delta:
     token_ids: list[int]
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
+    # on the choice's first delta when prompt logprobs were asked for (RequestOutput.prompt_logprobs)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
     @classmethod
     def merge(cls, parts: list[Delta]) -> Delta:
@@ -398,6 +406,7 @@ class Delta:
             [t for d in parts for t in d.token_ids],
             [x for d in parts for x in d.logprobs],
             parts[-1].finish_reason if parts else "abort",
+            next((d.prompt_logprobs for d in parts if d.prompt_logprobs is not None), None),
         )
 
 
@@ -439,7 +448,7 @@ class ChoiceText:
         text, matched = self._releasable(final=out.finished)
         reason = "stop" if matched else (out.finish_reason if out.finished else None)
         self.finish_reason = reason
-        return Delta(text, new, list(out.logprobs or []), reason)
+        return Delta(text, new, list(out.logprobs or []), reason, out.prompt_logprobs)
 
     def _releasable(self, final: bool) -> tuple[str, bool]:
         text = self.text

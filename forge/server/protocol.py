@@ -122,6 +122,7 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)  # vLLM's: per prompt token, top-k
     user: str | None = None
     response_format: ResponseFormat | None = None
     logit_bias: dict[str, Bias] | None = None

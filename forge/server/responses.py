@@ -35,6 +35,60 @@ def completion_logprobs(
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
+def echo_logprobs(
+    tokenizer: Tokenizer, prompt_ids: list[int], prompt_logprobs: list[dict[int, float] | None] | None, k: int
+) -> dict[str, Any]:
+    """Completions' logprobs of an echoed prompt (OpenAI's legacy shape): each prompt token, its
+    logprob and top ``k`` given the tokens before it, null for the first token (none when the engine
+    returned no prompt logprobs), offsets from 0."""
+    entries = prompt_logprobs or [None] * len(prompt_ids)
+    tokens, lps, offsets = [], [], []
+    tops: list[dict[str, float] | None] = []
+    pos = 0
+    for tok, e in zip(prompt_ids, entries, strict=False):
+        s = token_str(tokenizer, tok)
+        tokens.append(s)
+        lps.append(None if e is None else e.get(tok))
+        if e is None:
+            tops.append(None)
+        else:
+            top = {token_str(tokenizer, t): lp for t, lp in _top(e, k)}
+            if tok in e:
+                top[s] = e[tok]
+            tops.append(top)
+        offsets.append(pos)
+        pos += len(s)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def joined_logprobs(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """Two completions' logprobs objects, one after the other."""
+    return {key: first[key] + then[key] for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+
+
+def vllm_prompt_logprobs(
+    tokenizer: Tokenizer, prompt_ids: list[int], prompt_logprobs: list[dict[int, float] | None] | None, k: int
+) -> list[dict[str, dict[str, Any]] | None] | None:
+    """vLLM's ``prompt_logprobs``: per prompt token None (the first) or {token id: {logprob, rank,
+    decoded_token}} for it and the top ``k`` (the engine's entries may hold more). ``rank`` is the
+    place among the top ``k`` (1: most likely); None for the prompt token when it is not among them
+    (its exact rank is not computed)."""
+    if prompt_logprobs is None:
+        return None
+    out: list[dict[str, dict[str, Any]] | None] = []
+    for tok, entries in zip(prompt_ids, prompt_logprobs, strict=False):
+        if entries is None:
+            out.append(None)
+            continue
+        ranked: list[tuple[int, float, int | None]] = [(t, lp, i + 1) for i, (t, lp) in enumerate(_top(entries, k))]
+        if tok in entries and all(t != tok for t, _, _ in ranked):
+            ranked.insert(0, (tok, entries[tok], None))
+        out.append(
+            {str(t): {"logprob": lp, "rank": rank, "decoded_token": token_str(tokenizer, t)} for t, lp, rank in ranked}
+        )
+    return out
+
+
 def chat_logprobs(
     tokenizer: Tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], k: int
 ) -> dict[str, Any]:
