@@ -13,6 +13,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
 from forge.engine.engine import Engine
+from forge.engine.sim_runner import SimulationRunner
 from tests.forward_helpers import prefill_logits
 
 PROMPT = [(7 * i + 3) % 200 + 1 for i in range(37)]  # 37 tokens: several chunks of 8, a partial block
@@ -105,3 +106,18 @@ def test_prompt_logprobs_survive_preemption_by_recompute(prompt_len: int) -> Non
     first, *rest = outs["asks"]
     _assert_close(first.prompt_logprobs, _expected(engine, prompt, 1))
     assert all(o.prompt_logprobs is None for o in rest)
+
+
+def test_the_simulation_runner_computes_prompt_logprobs_too() -> None:
+    """model=synthetic runs on the SimulationRunner's host fast path; a step with prompt-logprob rows
+    takes the tensor path, so the request still gets its prompt logprobs (equal to the tensor path's)."""
+    params = SamplingParams(max_tokens=2, temperature=0.0, prompt_logprobs=1)
+    got = []
+    for host in (True, False):
+        engine = build_engine(compose_config(["model=synthetic", "engine.max_num_batched_tokens=8"]))
+        assert isinstance(engine.runner, SimulationRunner)
+        engine.runner.host = host  # False: the general tensor path
+        first = _run(engine, [Request("r", PROMPT, params)])["r"][0]
+        assert first.prompt_logprobs is not None and len(first.prompt_logprobs) == len(PROMPT)
+        got.append(first.prompt_logprobs)
+    assert got[0] == got[1]

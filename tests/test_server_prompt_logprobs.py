@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import torch
@@ -123,3 +124,9 @@ def test_prompt_logprobs_above_the_limit_refused(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model="tiny", prompt="a", max_tokens=1, extra_body={"prompt_logprobs": 10**6})
     assert isinstance(info.value.body, dict) and info.value.body.get("param") == "prompt_logprobs"
+
+
+def test_streamed_chat_refuses_prompt_logprobs(server: BackgroundServer) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True, "prompt_logprobs": 1}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs"

@@ -45,8 +45,8 @@ class SimulationRunner(ModelRunner):
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
-        if not self.host:
-            return super().execute(sched)
+        if not self.host or any(s.num_prompt_logprob_rows for s in sched.chunks):
+            return super().execute(sched)  # prompt logprobs need logits at prompt positions: the tensor path
         self.apply_block_ops(sched)
         logits = self.host_model.forward_host(sched, self.block_size, self.kv_caches)
         greedy = _greedy(sched, logits)

@@ -327,6 +327,8 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     b.check_common(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
+    if body.prompt_logprobs is not None and body.stream:
+        raise APIError("prompt_logprobs is returned by non-streaming chat completions only", param="prompt_logprobs")
     plan = tool_plan(body, state.settings.tool_call_parser)
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
