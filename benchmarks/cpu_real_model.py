@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.machine import cpu_model
 from forge.models.fetch import smollm2_path
 
 Prompts = list[list[int]]
@@ -126,15 +127,7 @@ def measure(name: str, fn: Callable[[], float], tokens: int, results: dict[str, 
 
 
 def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if line.startswith("Model name")
-        ),
-        "?",
-    )
-    return f"{model}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()}, torch {torch.__version__}"
 
 
 def commit() -> str:

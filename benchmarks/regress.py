@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "benchmarks" / "suites"
 BASELINE = SUITES / "baselines" / "baseline.json"
@@ -90,12 +92,7 @@ def git_commit() -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        cpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), cpu)
-    except OSError:
-        pass
+    cpu = cpu_model(platform.processor() or platform.machine())
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 

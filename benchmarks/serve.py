@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
 
+from benchmarks.machine import cpu_model
 from benchmarks.sse_client import HTTPStatusError, SSEClient
 from forge.config import compose_config
 from forge.tokenizers.base import Tokenizer
@@ -261,14 +262,8 @@ def write_report(out_dir: Path, frame: pd.DataFrame, summary: dict[str, Any], me
 def machine_name() -> str:
     """``lscpu``'s model name and the core count (as reports cite the machine)."""
     import os
-    import subprocess
 
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
-    except OSError:
-        name = "?"
-    return f"{name}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from typing import IO, Any
 
 import httpx
 
+from benchmarks.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("python", "import forge", "import forge.llm", "import forge.server.app", "model load", "first token")
 
@@ -64,12 +66,7 @@ def git_commit() -> str:
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        cpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), cpu)
-    except OSError:
-        pass
+    cpu = cpu_model(platform.processor() or platform.machine())
     return {"cpu": cpu, "cores": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
