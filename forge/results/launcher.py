@@ -1,13 +1,18 @@
-"""A Hydra launcher for local sweeps: jobs in parallel worker processes (joblib/loky) with one
-sweep-level progress bar, and per-job overrides (``progress=false`` by default, so the jobs' own
-bars stay quiet). Without joblib installed it runs the jobs one after another in-process.
+"""forge's Hydra launchers: one sweep-level progress bar and per-job overrides (``progress=false`` by
+default, so the jobs' own bars stay quiet), with the jobs run by an executor:
 
-Selected in ``conf/hydra/launcher/local.yaml``; ``python run.py -m scheduler=fcfs,priority ...``."""
+- ``LocalLauncher``: parallel worker processes (joblib/loky); without joblib, one after another
+  in-process. ``conf/hydra/launcher/local.yaml``; ``python run.py -m scheduler=fcfs,priority ...``.
+- ``RayLauncher`` (``forge.results.ray_launcher``): one Ray task per job on a running Ray cluster.
+
+Every launcher returns Hydra's ``JobReturn`` list in job order, so the sweep callback
+(``forge.results.sweep``) gathers the same ``sweep.parquet`` whichever ran the jobs."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,7 @@ from tqdm import tqdm
 log = logging.getLogger(__name__)
 
 
-def _execute_job(
+def execute_job(
     idx: int,
     overrides: Sequence[str],
     hydra_context: HydraContext,
@@ -47,12 +52,18 @@ def _execute_job(
     return idx, ret
 
 
-class LocalLauncher(Launcher):
-    """``n_jobs``: worker processes (-1 = one per core); ``job_overrides`` are appended to every job's
-    overrides unless the sweep already sets that key; ``progress``: show the sweep-level bar."""
+JobArgs = tuple[int, Sequence[str], HydraContext, DictConfig, TaskFunction, dict[Any, Any]]
 
-    def __init__(self, n_jobs: int = -1, job_overrides: Sequence[str] = (), progress: bool = True) -> None:
-        self.n_jobs = n_jobs
+
+class SweepLauncher(Launcher):
+    """The shared launcher: ``job_overrides`` are appended to every job's overrides unless the sweep
+    already sets that key; ``progress``: show the sweep-level bar. A subclass's ``_run`` executes
+    ``execute_job(*args)`` for every element of ``args`` and yields its ``(index, JobReturn)`` results
+    in any order; ``where`` names the executor in the log."""
+
+    where = "locally"
+
+    def __init__(self, job_overrides: Sequence[str] = (), progress: bool = True) -> None:
         self.job_overrides = list(job_overrides)
         self.progress = progress
         self.config: DictConfig | None = None
@@ -75,11 +86,11 @@ class LocalLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs = [self._with_defaults(o) for o in job_overrides]
-        log.info(f"Launching {len(jobs)} jobs locally (n_jobs={self.n_jobs}), sweep output dir: {sweep_dir}")
+        log.info(f"Launching {len(jobs)} jobs {self.where}, sweep output dir: {sweep_dir}")
         for idx, overrides in enumerate(jobs):
             log.info(f"\t#{initial_job_idx + idx} : {' '.join(filter_overrides(overrides))}")
         state = Singleton.get_state()
-        args = [
+        args: list[JobArgs] = [
             (initial_job_idx + i, o, self.hydra_context, self.config, self.task_function, state)
             for i, o in enumerate(jobs)
         ]
@@ -90,11 +101,23 @@ class LocalLauncher(Launcher):
                 bar.update(1)
         return [results[initial_job_idx + i] for i in range(len(jobs))]
 
-    def _run(self, args: list[tuple[Any, ...]]) -> Any:
+    @abstractmethod
+    def _run(self, args: list[JobArgs]) -> Iterable[tuple[int, JobReturn]]: ...
+
+
+class LocalLauncher(SweepLauncher):
+    """Jobs in ``n_jobs`` local worker processes (-1 = one per core)."""
+
+    def __init__(self, n_jobs: int = -1, job_overrides: Sequence[str] = (), progress: bool = True) -> None:
+        super().__init__(job_overrides, progress)
+        self.n_jobs = n_jobs
+        self.where = f"locally (n_jobs={n_jobs})"
+
+    def _run(self, args: list[JobArgs]) -> Iterable[tuple[int, JobReturn]]:
         try:
             from joblib import Parallel, delayed
         except ImportError:
             log.warning("joblib not installed (pip install 'forge[sweep]'): running the sweep serially")
-            return (_execute_job(*a) for a in args)
+            return (execute_job(*a) for a in args)
         parallel = Parallel(n_jobs=self.n_jobs, backend="loky", return_as="generator_unordered")
-        return parallel(delayed(_execute_job)(*a) for a in args)
+        return parallel(delayed(execute_job)(*a) for a in args)

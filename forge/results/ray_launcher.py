@@ -1,0 +1,61 @@
+"""A Hydra launcher that runs each sweep job as a Ray task, on Ray's public API only
+(``ray.init``, ``ray.remote``, ``ray.wait``): ``python run.py -m hydra/launcher=ray ...``.
+
+It connects to a running cluster (``ray start --head`` on this machine, ``ray start --address=...``
+on others; ``address: auto``) or, with ``address: null``, starts a local one for the sweep. Jobs run
+in the driver's working directory, so the sweep directory must be on a filesystem every node sees
+(as on Slurm). Why not the ``hydra-ray-launcher`` plugin: it pins ``cloudpickle<3``, which joblib
+(the local launcher) needs at ≥ 3, and brings boto3 and ``ray[default]`` for its AWS mode."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hydra.core.utils import JobReturn
+
+from forge.results.launcher import JobArgs, SweepLauncher, execute_job
+
+log = logging.getLogger(__name__)
+
+
+def _job_on_node(cwd: str, *args: Any) -> tuple[int, JobReturn, str]:
+    import ray
+
+    os.chdir(cwd)
+    idx, ret = execute_job(*args)
+    return idx, ret, ray.get_runtime_context().get_node_id()
+
+
+class RayLauncher(SweepLauncher):
+    """``address``: the cluster to join (``auto``: the one ``ray start`` left running; null: a new
+    local one); ``num_cpus``: CPUs Ray reserves per job, which bounds how many run at once."""
+
+    def __init__(
+        self,
+        address: str | None = "auto",
+        num_cpus: float = 1.0,
+        job_overrides: Sequence[str] = (),
+        progress: bool = True,
+    ) -> None:
+        super().__init__(job_overrides, progress)
+        self.address = address
+        self.num_cpus = num_cpus
+        self.where = f"on Ray (address={address}, num_cpus={num_cpus} per job)"
+
+    def _run(self, args: list[JobArgs]) -> Iterable[tuple[int, JobReturn]]:
+        import ray
+
+        ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_job_on_node)
+            pending = [remote.remote(os.getcwd(), *a) for a in args]
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                idx, ret, node = ray.get(done[0])
+                log.info(f"\tjob #{idx} ran on Ray node {node}")
+                yield idx, ret
+        finally:
+            ray.shutdown()
