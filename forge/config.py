@@ -49,6 +49,8 @@ class EngineConfig:
     kv_cache_memory_gib: float = 0.5
     preemption_mode: str = "recompute"
     kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    distributed_timeout_s: float = 120.0
 
 
 @dataclass
@@ -180,6 +182,23 @@ def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:
     return int(wanted)
 
 
+def _check_tensor_parallel(cfg: DictConfig, size: int) -> None:
+    target = str(cfg.model.get("_target_", ""))
+    if "synthetic" in target:
+        raise ConfigError(
+            f"engine.tensor_parallel_size={size} needs a real model (model=tiny, smollm2, gguf, safetensors): "
+            "model=synthetic computes nothing to split; clock.tensor_parallel simulates TP"
+        )
+    device = str(cfg.backend.get("device", "cpu"))
+    if device.startswith("cuda") or "cuda" in str(cfg.backend.get("_target_", "")):
+        import torch
+
+        if torch.cuda.device_count() < size:
+            raise ConfigError(
+                f"engine.tensor_parallel_size={size} on CUDA needs {size} GPUs, {torch.cuda.device_count()} visible"
+            )
+
+
 def validate(cfg: DictConfig) -> None:
     _check_schema_keys(cfg)
     for group in (*GROUPS, "drafter", "structured", "server"):
@@ -198,5 +217,11 @@ def validate(cfg: DictConfig) -> None:
     if e.kv_cache_dtype not in KV_CACHE_DTYPES:
         choices = ", ".join(KV_CACHE_DTYPES)
         raise ConfigError(f"engine.kv_cache_dtype must be one of {choices}, got {e.kv_cache_dtype!r}")
+    if e.tensor_parallel_size < 1:
+        raise ConfigError(f"engine.tensor_parallel_size must be >= 1, got {e.tensor_parallel_size}")
+    if e.distributed_timeout_s <= 0:
+        raise ConfigError(f"engine.distributed_timeout_s must be > 0, got {e.distributed_timeout_s}")
+    if e.tensor_parallel_size > 1:
+        _check_tensor_parallel(cfg, e.tensor_parallel_size)
     if e.kv_cache_memory_gib <= 0:
         raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")

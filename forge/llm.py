@@ -58,6 +58,16 @@ class LLM:
         self._ids = itertools.count()
         self._structured: StructuredBackend | None = None
 
+    def close(self) -> None:
+        """Stop what the engine runs outside this process (``engine.tensor_parallel_size > 1``'s ranks)."""
+        self.engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def generate(
         self,
         prompts: Prompts,

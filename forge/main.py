@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from forge.config import ConfigError, validate
 from forge.engine.build import build_engine, default_sampling, workload_requests
+from forge.engine.engine import Engine
 from forge.results.metrics import summarize
 from forge.results.redact import redact_config
 
@@ -46,6 +47,13 @@ def oversubscription_warning(load_average: float, cores: int) -> str | None:
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     validate(cfg)
     engine = build_engine(cfg)
+    try:
+        return _run_engine(cfg, engine, run_dir)
+    finally:
+        engine.close()
+
+
+def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any]:
     warnings = []
     if not engine.clock.simulated:
         busy = oversubscription_warning(os.getloadavg()[0], os.cpu_count() or 1)

@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "workloads": {"core", "tokenizers"},
     "sim": {"core", "models"},
     "sched": {"core", "policies", "kvcache"},
+    "parallel": {"core", "kernels", "models"},
     "spec": {"core", "models", "kernels", "kvcache", "sampling", "tokenizers"},
     "results": {"core", "sched", "kvcache", "sim"},
     "engine": {
@@ -42,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
         "sched",
         "spec",
         "results",
+        "parallel",
     },
     "server": {
         "config",

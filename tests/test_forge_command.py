@@ -91,6 +91,8 @@ def test_serve_maps_vllm_flags_onto_the_config() -> None:
             "256",
             "--block-size",
             "32",
+            "--tensor-parallel-size",
+            "2",
             "--served-model-name",
             "my-model",
             "--api-key",
@@ -106,6 +108,7 @@ def test_serve_maps_vllm_flags_onto_the_config() -> None:
         "engine.max_num_seqs=8",
         "engine.max_model_len=256",
         "kvcache.block_size=32",
+        "engine.tensor_parallel_size=2",
         "server.served_model_name=my-model",
         "scheduler=priority",
     ]

@@ -87,6 +87,13 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     """The engine ``cfg`` describes. ``model``: an already loaded model to reuse instead of
     ``cfg.model`` (it must live on the backend's device); models hold no per-request state."""
     backend: KernelBackend = make("backend", cfg.backend)
+    if cfg.engine.tensor_parallel_size > 1:
+        from forge.engine.tensor_parallel import torchrun_env, worker_main
+
+        env = torchrun_env()
+        if env is not None and env[0] > 0:  # torchrun started this process as another rank: serve rank 0
+            worker_main(OmegaConf.to_container(cfg, resolve=True), *env)  # type: ignore[arg-type]
+            raise SystemExit(0)
     if model is None:
         model = make("model", cfg.model, device=str(backend.device))
     max_model_len = max_model_len_for(cfg, model.max_position)
@@ -107,19 +114,28 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
-    # A model that can compute on the host, with its cache on the host, runs without batch tensors.
-    host = isinstance(model, HostModel) and backend.device.type == "cpu"
-    runner = (SimulationRunner if host else ModelRunner)(
-        model,
-        backend,
-        kv.num_blocks,
-        kv.block_size,
-        seed=cfg.seed,
-        num_cpu_blocks=kv.num_cpu_blocks,
-        max_num_seqs=limits.max_num_seqs,
-        max_model_len=max_model_len,
-        kv_spec=kv_spec,
-    )
+    runner: ModelRunner
+    if cfg.engine.tensor_parallel_size > 1:
+        from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
+
+        setup = WorkerSetup(
+            kv.num_blocks, kv.block_size, kv.num_cpu_blocks, limits.max_num_seqs, max_model_len, kv_spec.dtype, cfg.seed
+        )
+        runner = TensorParallelRunner(model, backend, cfg, setup, kv_spec)
+    else:
+        # A model that can compute on the host, with its cache on the host, runs without batch tensors.
+        host = isinstance(model, HostModel) and backend.device.type == "cpu"
+        runner = (SimulationRunner if host else ModelRunner)(
+            model,
+            backend,
+            kv.num_blocks,
+            kv.block_size,
+            seed=cfg.seed,
+            num_cpu_blocks=kv.num_cpu_blocks,
+            max_num_seqs=limits.max_num_seqs,
+            max_model_len=max_model_len,
+            kv_spec=kv_spec,
+        )
     drafter = build_drafter(cfg, backend, model)
     return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)
 

@@ -37,6 +37,11 @@ def _rare_gc(gen0_threshold: int = 100_000) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
+class EngineDeadError(RuntimeError):
+    """The engine cannot take another step (e.g. a tensor-parallel rank died): ``step`` raises it
+    instead of failing the step's requests and going on."""
+
+
 class LeakError(RuntimeError):
     """The engine went idle while KV blocks or requests were still held."""
 
@@ -79,6 +84,10 @@ class Engine:
         self._forget_drafts(request_id)
         return request is not None
 
+    def close(self) -> None:
+        """Release what the runner holds outside this process (tensor-parallel ranks); idempotent."""
+        self.runner.close()
+
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0
 
@@ -93,7 +102,8 @@ class Engine:
         A failure stays with the requests it concerns: a request whose sampling, constraint or
         verification raised (``ModelOutput.failed``) is aborted (its KV blocks freed) and finished
         with the error while the rest of the batch goes on; if the model step itself raises, every
-        request of the step fails that way and the engine continues with the others."""
+        request of the step fails that way and the engine continues with the others, unless it raised
+        ``EngineDeadError``, which ``step`` raises."""
         self.clock.step_started()
         start = self.clock.now()
         if self.drafter is not None:
@@ -103,6 +113,8 @@ class Engine:
             return StepOutputs()
         try:
             out = self.runner.execute(sched)
+        except EngineDeadError:
+            raise
         except Exception as exc:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"

@@ -74,9 +74,16 @@ class ModelRunner:
         A request whose constraint, sampling or verification raises is reported in
         ``ModelOutput.failed`` and the others' tokens are unaffected; an exception from the model
         step itself (or the KV copies) propagates: the step produced nothing."""
+        return self.sample(sched, self.forward_logits(sched))
+
+    @torch.inference_mode()
+    def forward_logits(self, sched: SchedulerOutput) -> torch.Tensor:
+        """The step's KV copies and forward: the logits of the batch's ``logits_indices`` rows."""
         self.apply_block_ops(sched)
-        batch = build_forward_batch(sched, self.block_size, self.backend.device)
-        return self.sample(sched, self.forward(batch))
+        return self.forward(build_forward_batch(sched, self.block_size, self.backend.device))
+
+    def close(self) -> None:
+        """Release what outlives the runner's memory (other processes); nothing for one process."""
 
     def sample(self, sched: SchedulerOutput, logits: torch.Tensor) -> ModelOutput:
         """Tokens from the step's logits (one row per sampling row, one more per draft token)."""

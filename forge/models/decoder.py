@@ -102,6 +102,34 @@ def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -
     return (torch.cat((freqs.cos(), freqs.sin()), dim=-1) * factor).to(dtype=dtype, device=device)
 
 
+class TensorParallelGroup(Protocol):
+    """The collectives a tensor-parallel shard of a model calls inside its forward, in the same order
+    on every rank (``forge.parallel.group`` implements them on ``torch.distributed``)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum of ``x`` over the ranks."""
+        ...
+
+    def gather_columns(self, x: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
+        """Every rank's ``x`` (rank ``r``'s has ``widths[r]`` columns) side by side, in rank order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A tensor-parallel shard's place: its group, its vocabulary rows ``[vocab_start, vocab_end)``
+    and every rank's vocabulary width (for gathering the logits)."""
+
+    group: TensorParallelGroup
+    vocab_start: int
+    vocab_end: int
+    vocab_widths: tuple[int, ...]
+
+
 @dataclass
 class DecoderLayer:
     """The weights every decoder layer has; a family's layer adds its own (biases, extra norms)."""
@@ -182,6 +210,7 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
         self.dims = ModelDims.of(config, bytes_per_param=embed.element_size())
         self.attention_scale = config.head_dim**-0.5
         self.cos_sin = rope_cos_sin(config, self.rope_dtype, embed.device)
+        self.shard: Shard | None = None  # set on a tensor-parallel shard (forge.parallel.shard)
 
     @property
     def rope_dtype(self) -> torch.dtype:
@@ -203,8 +232,28 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
 
     # -- hooks (Llama's behaviour by default) --------------------------------------------------
 
+    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of ``input_ids``; on a shard, each rank holds a slice of the vocabulary
+        and contributes its rows (zeros elsewhere) to a sum over the ranks."""
+        if self.shard is None:
+            return self.embed.index_select(0, input_ids)  # cheaper than advanced indexing, same rows
+        local = input_ids - self.shard.vocab_start
+        mine = (local >= 0) & (input_ids < self.shard.vocab_end)
+        rows = self.embed.index_select(0, torch.where(mine, local, 0)) * mine.unsqueeze(1).to(self.embed.dtype)
+        return self.shard.group.all_reduce(rows)
+
+    def row_parallel(self, backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:
+        """``x @ weight`` for the output and down projections, whose input a shard holds a slice of:
+        the partial products summed over the ranks."""
+        out = apply_linear(backend, x, weight)
+        return out if self.shard is None else self.shard.group.all_reduce(out)
+
+    def lm_head_logits(self, backend: KernelBackend, x: torch.Tensor) -> torch.Tensor:
+        logits = apply_linear(backend, x, self.lm_head)
+        return logits if self.shard is None else self.shard.group.gather_columns(logits, self.shard.vocab_widths)
+
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed.index_select(0, input_ids)  # cheaper than advanced indexing, same rows
+        return self.lookup(input_ids)
 
     def qkv(self, layer: LayerT, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
         return apply_linear(backend, x, layer.wqkv)
@@ -246,12 +295,12 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
         backend.write_kv(kv, k, v.view(-1, nkv, d), batch.attn.slot_mapping)
         window = self.attention_window(index, layer)
         attn = backend.attention(q, kv, batch.attn, self.attention_scale, window=window)
-        return self.attention_output(layer, apply_linear(backend, attn.reshape(-1, nq * d), layer.wo), backend)
+        return self.attention_output(layer, self.row_parallel(backend, attn.reshape(-1, nq * d), layer.wo), backend)
 
     def mlp(self, layer: LayerT, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
         gate_up = apply_linear(backend, x, layer.w_gate_up)
         return self.mlp_output(
-            layer, apply_linear(backend, self.gated_activation(gate_up, backend), layer.w_down), backend
+            layer, self.row_parallel(backend, self.gated_activation(gate_up, backend), layer.w_down), backend
         )
 
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
@@ -270,4 +319,4 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
         assert residual is not None
         rows = batch.logits_indices
         x, _ = backend.add_rms_norm(h.index_select(0, rows), residual.index_select(0, rows), self.norm, eps)
-        return self.final_logits(apply_linear(backend, x, self.lm_head).float())
+        return self.final_logits(self.lm_head_logits(backend, x).float())

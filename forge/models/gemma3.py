@@ -140,7 +140,7 @@ class Gemma3(DecoderModel[Gemma3Config, Gemma3Layer]):
         return cls(config, layers, embed, norm("model.norm.weight"), lm_head, tokenizer)
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed.index_select(0, input_ids) * self.embed_scale
+        return self.lookup(input_ids) * self.embed_scale
 
     def qk_heads(
         self, layer: Gemma3Layer, q: torch.Tensor, k: torch.Tensor, backend: KernelBackend

@@ -92,6 +92,7 @@ class AsyncEngine:
         self._inbox.put(_Command("stop"))
         if self._thread is not None:
             await loop.run_in_executor(None, self._thread.join)
+        self.engine.close()
 
     # -- requests (event loop side) ---------------------------------------------------
     def add(self, request: Request, stream: Stream) -> None:
