@@ -160,12 +160,29 @@ def _check_clock_presets(cfg: DictConfig) -> None:
     clock = cfg.get("clock")
     preset = clock.get("model", "auto") if isinstance(clock, DictConfig) else "auto"
     if preset in (None, "auto"):
+        _check_simulated_clock(clock)
         return
     from forge.models.presets import MODEL_PRESETS
 
     if preset not in MODEL_PRESETS:
         valid = ", ".join(["auto", *sorted(MODEL_PRESETS)])
         raise ConfigError(f"clock.model={preset!r}: not a model preset (valid: {valid})")
+    _check_simulated_clock(clock)
+
+
+def _check_simulated_clock(clock: Any) -> None:
+    """A simulated clock checks its GPU, cost model, TP degree and profile files when built (cheap:
+    no model): build it here, so a bad one fails at compose time, not after the model has loaded."""
+    if not isinstance(clock, DictConfig) or clock.get("_target_") != "forge.sim.clock.SimulatedClock":
+        return
+    params = OmegaConf.to_container(clock, resolve=True)
+    if not isinstance(params, dict):
+        return
+    target = get_object(str(params.pop("_target_")))
+    try:
+        target(**{str(k): v for k, v in params.items()})
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:

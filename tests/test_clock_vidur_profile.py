@@ -1,5 +1,5 @@
 """The Vidur profile adapter (clock.profile_dir): Vidur's mlp.csv / attention.csv layout, written
-here in miniature (forge ships no Vidur data), interpolated; bad input named at build time."""
+here in miniature (forge ships no Vidur data), interpolated; bad input named at compose time."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from forge.config import compose_config
+from forge.config import ConfigError, compose_config
 from forge.engine.build import build_engine
 from forge.models.presets import model_dims
 from forge.sim.clock import BatchShape, SimulatedClock
@@ -117,7 +117,7 @@ def test_tensor_parallel_rows_and_all_reduce(tmp_path: Path) -> None:
         ("nowhere", [], r"clock\.profile_dir=.* is not a directory"),
     ],
 )
-def test_bad_profiles_are_named_at_build_time(
+def test_bad_profiles_are_named_at_compose_time(
     tmp_path: Path, layout: str, overrides: list[str], message: str | None
 ) -> None:
     if layout == "flat":
@@ -127,18 +127,17 @@ def test_bad_profiles_are_named_at_build_time(
     elif layout == "vidur":
         write_profile(tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf")
     root = tmp_path / "absent" if layout == "nowhere" else tmp_path
-    cfg = compose_config(
-        [
-            "model=synthetic",
-            "clock=simulated",
-            "clock.hardware=a100",
-            "clock.model=llama-2-7b",
-            f"clock.profile_dir={root}",
-            *overrides,
-        ]
-    )
+    overrides = [
+        "model=synthetic",
+        "clock=simulated",
+        "clock.hardware=a100",
+        "clock.model=llama-2-7b",
+        f"clock.profile_dir={root}",
+        *overrides,
+    ]
     if message is None:
+        cfg = compose_config(overrides)
         assert isinstance(build_engine(cfg).clock.cost_model, VidurProfileCostModel)  # type: ignore[attr-defined]
     else:
-        with pytest.raises(ValueError, match=message):
-            build_engine(cfg)
+        with pytest.raises(ConfigError, match=message):
+            compose_config(overrides)

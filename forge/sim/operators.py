@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from forge.models.base import ModelDims
+from forge.sim.decode_attention import DecodeAttentionProfile
 from forge.sim.step_sums import StepSums, SummedCostModel
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardware"
@@ -19,7 +20,11 @@ HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardwar
 
 @dataclass(frozen=True)
 class OperatorConstants:
-    """One GPU's figures (SI units: FLOP/s, B/s, s); ``conf/hardware/*.yaml`` says where each comes from."""
+    """One GPU's figures (SI units: FLOP/s, B/s, s); ``conf/hardware/*.yaml`` says where each comes from.
+
+    Decode attention's bandwidth efficiency is either a measured table (``decode_attn_profile``,
+    by (request, KV head) pairs and context) or, for a GPU without one, the context curve
+    ``decode_attn_bw_efficiency · (1 − 2^(−c / decode_attn_half_context))``; a preset gives one of the two."""
 
     name: str
     peak_flops: float
@@ -28,12 +33,13 @@ class OperatorConstants:
     gemm_flops_efficiency: float
     small_ops_floor_s: float
     small_ops_per_token_s: float
-    decode_attn_bw_efficiency: float
-    decode_attn_half_context: float
     prefill_attn_flops_efficiency: float
     link_bw: float
     link_latency_s: float
     step_overhead_s: float = 0.0
+    decode_attn_bw_efficiency: float | None = None
+    decode_attn_half_context: float | None = None
+    decode_attn_profile: DecodeAttentionProfile | None = None
 
     @classmethod
     def load(cls, hardware: str, directory: Path = HARDWARE_DIR) -> OperatorConstants:
@@ -46,11 +52,25 @@ class OperatorConstants:
             )
         data = yaml.safe_load(path.read_text())
         names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(data) - {"step_overhead_s"})
+        optional = {"step_overhead_s", "decode_attn_profile", "decode_attn_bw_efficiency", "decode_attn_half_context"}
+        missing = sorted(names - set(data) - optional)
         unknown = sorted(set(data) - names)
         if missing or unknown:
             raise ValueError(f"{path}: missing {missing}, unknown {unknown}")
-        return cls(name=str(data.pop("name")), **{k: float(v) for k, v in data.items()})
+        profile = data.pop("decode_attn_profile", None)
+        try:
+            table = None if profile is None else DecodeAttentionProfile.from_yaml(profile)
+            return cls(name=str(data.pop("name")), decode_attn_profile=table, **{k: float(v) for k, v in data.items()})
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+
+    def __post_init__(self) -> None:
+        curve = (self.decode_attn_bw_efficiency, self.decode_attn_half_context)
+        table_only = self.decode_attn_profile is not None and curve == (None, None)
+        if not table_only and (self.decode_attn_profile is not None or None in curve):
+            raise ValueError(
+                "give either decode_attn_profile or both decode_attn_bw_efficiency and decode_attn_half_context"
+            )
 
 
 def all_reduce_time(num_bytes: float, tensor_parallel: int, link_bw: float, latency: float) -> float:
@@ -66,9 +86,10 @@ class OperatorCostModel(SummedCostModel):
 
     - GEMMs (qkv, o, gate+up, down): ``hypot(weight bytes / (bw · e_bw), FLOPs / (peak · e_flops))``,
       a smooth knee from memory-bound (few tokens) to compute-bound (many);
-    - decode attention: the decodes' K/V bytes at the mean context c, read at
-      ``bw · e_attn · (1 − 2^(−c / c_half))`` (short contexts do too little work per thread block to
-      reach the bandwidth);
+    - decode attention: the decodes' K/V bytes at the mean context c, read at the bandwidth
+      efficiency the GPU's measured ``decode_attn_profile`` gives for its (request, KV head) pairs and
+      c (``forge/sim/decode_attention.py``), or else at ``bw · e_attn · (1 − 2^(−c / c_half))``
+      (short contexts do too little work per thread block to reach the bandwidth);
     - prefill attention: causal (query, key) pairs at ``prefill_attn_flops_efficiency`` of peak. With
       one efficiency this equals Vidur's lookup of several prompts as one of length sqrt(Σq²):
       Σ q²/2 pairs either way;
@@ -98,14 +119,20 @@ class OperatorCostModel(SummedCostModel):
         self.head_flop_s = 2 * head_params / n / (c.peak_flops * c.gemm_flops_efficiency)
         self.embed_s = d.hidden_size * bpp / c.mem_bw
         kv_heads = max(d.num_kv_heads // n, 1)
+        self.kv_heads = kv_heads  # on one GPU
         self.kv_bytes = 2 * kv_heads * d.head_dim * bpp  # per token of context, per layer
         self.pair_flop_s = 4 * (d.num_heads // n) * d.head_dim / (c.peak_flops * c.prefill_attn_flops_efficiency)
         self.hidden_bytes = d.hidden_size * bpp
 
     def decode_attention_time(self, num_decodes: int, mean_context: float) -> float:
         """One layer's decode attention for ``num_decodes`` requests at ``mean_context`` tokens."""
-        c = self.c
-        eff = c.decode_attn_bw_efficiency * (1.0 - 2.0 ** (-mean_context / c.decode_attn_half_context))
+        c, e_max, c_half = self.c, self.c.decode_attn_bw_efficiency, self.c.decode_attn_half_context
+        if c.decode_attn_profile is not None:
+            eff = c.decode_attn_profile.efficiency(c.mem_bw, num_decodes * self.kv_heads, mean_context)
+        elif e_max is not None and c_half is not None:
+            eff = e_max * (1.0 - 2.0 ** (-mean_context / c_half))
+        else:  # excluded by OperatorConstants.__post_init__
+            raise ValueError(f"{c.name}: no decode attention efficiency")
         return num_decodes * mean_context * self.kv_bytes / (c.mem_bw * eff)
 
     def layer_time(self, s: StepSums) -> float:

@@ -46,10 +46,11 @@ class SharedPrefixWorkload(Workload):
         rng = random.Random(self.seed)
         prefixes = [tokenizer.random_token_ids(self.prefix_len, rng) for _ in range(self.num_prefixes)]
         weights = [1.0 / (i + 1) ** self.zipf for i in range(self.num_prefixes)]
+        gaps = self.arrivals.stream(rng)
         t = 0.0
         specs = []
         for i in range(self.num_requests):
-            t += self.arrivals.gap(rng)
+            t += self.arrivals.gap(gaps)
             k = rng.choices(range(self.num_prefixes), weights)[0]
             suffix = tokenizer.random_token_ids(self.suffix_len.sample(rng), rng)
             specs.append(

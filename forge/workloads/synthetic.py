@@ -96,10 +96,17 @@ class LogNormal(LengthDist):
 
 
 class Arrivals(ABC):
-    """Inter-arrival gaps in seconds."""
+    """Inter-arrival gaps in seconds. The first request arrives one gap after t=0.
+
+    A workload draws the gaps of one run from ``stream(rng)``: by default the workload's own seeded
+    stream, or a stream the arrival process seeds itself (to reproduce another simulator's arrivals
+    exactly); ``stream`` is called once per run, before the first ``gap``."""
 
     @abstractmethod
     def gap(self, rng: random.Random) -> float: ...
+
+    def stream(self, workload_rng: random.Random) -> random.Random:
+        return workload_rng
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,7 @@ class SyntheticWorkload(Workload):
         # One independent stream per attribute: changing the rate (or the priority levels)
         # never changes the prompts or lengths, so sweeps compare like with like.
         arrivals, lengths, tokens, priorities = (random.Random(f"{self.seed}/{k}") for k in range(4))
+        arrivals = self.arrivals.stream(arrivals)
         t = 0.0
         specs = []
         for i in range(self.num_requests):
