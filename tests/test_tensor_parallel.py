@@ -145,7 +145,7 @@ PROMPTS = ["Hello there", "The quick brown fox", "a" * 40]
 
 
 def test_two_processes_give_the_same_greedy_tokens_and_a_dead_rank_fails_the_engine(no_stray_ranks: None) -> None:
-    params = SamplingParams(max_tokens=12)
+    params = SamplingParams(max_tokens=12, temperature=0.0)
     with LLM("model=tiny") as one:
         expected = [o.token_ids for o in one.generate(PROMPTS, params)]
     with LLM("model=tiny", "engine.tensor_parallel_size=2", "engine.distributed_timeout_s=30") as two:
@@ -194,7 +194,7 @@ def test_run_py_and_torchrun_with_two_ranks_give_each_request_the_same_output_le
 @pytest.mark.slow
 @pytest.mark.realmodel
 def test_smollm2_split_over_two_ranks_gives_the_same_greedy_tokens(no_stray_ranks: None) -> None:
-    params = SamplingParams(max_tokens=16)
+    params = SamplingParams(max_tokens=16, temperature=0.0)
     with LLM("model=smollm2") as one:
         expected = [o.token_ids for o in one.generate(PROMPTS, params)]
     with LLM("model=smollm2", "engine.tensor_parallel_size=2") as two:
