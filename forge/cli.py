@@ -2,8 +2,9 @@
 
     forge run [overrides ...]          a run (Hydra's command line: overrides, -m sweeps, --cfg job, ...)
     forge serve [MODEL] [overrides] [--port N --host H --max-num-seqs N --max-model-len N --block-size N
-                --served-model-name NAME --api-key KEY]
-                                       mode=serve; the vLLM flags are mapped onto the config
+                --served-model-name NAME --api-key KEY --config FILE.yaml]
+                                       mode=serve; the vLLM flags are mapped onto the config;
+                                       flags > FORGE_* env (FORGE_PORT, ...) > --config YAML > defaults
     forge bench serve [args]           the ``vllm bench serve``-style client (benchmarks/serve.py)
     forge bench startup [args]         import / model load / first-token times (benchmarks/startup.py)
     forge bench regress [args]         the regression gate of benchmarks/suites (benchmarks/regress.py)
@@ -132,10 +133,17 @@ def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def serve_command(argv: Sequence[str]) -> None:
-    overrides, api_key = serve_overrides(argv)
+    """``--config FILE`` and the ``FORGE_*`` variables (forge/server/config_sources.py) under the flags."""
+    from forge.server.config_sources import announce, layered, pop_config_flag
+
+    args, config_file = pop_config_flag(argv)
+    overrides, api_key = serve_overrides(args)
     if api_key is not None:
         os.environ[API_KEY_ENV] = api_key
-    run_app(overrides)
+    settings = layered(overrides, config_file, os.environ)
+    if settings:
+        print(announce(settings), file=sys.stderr)
+    run_app([*(s.override for s in settings), *overrides])
 
 
 def bench_command(argv: Sequence[str]) -> None:

@@ -21,6 +21,7 @@ class BackgroundServer:
         state = app.state.forge
         config = uvicorn_config(app, state.settings, host=host, port=port, log_level="warning")
         self.server = ForgeServer(config, state.drain)
+        app.state.shutdown.exit_server = self.server.request_exit
         self.thread = threading.Thread(target=self.server.run, name="forge-uvicorn", daemon=True)
         self.host = host
         self.port = port
@@ -43,6 +44,11 @@ class BackgroundServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(self.timeout_s)
+
+    def wait_stopped(self, timeout_s: float) -> bool:
+        """Whether the server ended (e.g. after ``POST /shutdown``) within ``timeout_s``."""
+        self.thread.join(timeout_s)
+        return not self.thread.is_alive()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

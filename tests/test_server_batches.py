@@ -1,0 +1,182 @@
+"""/v1/files + /v1/batches through the official OpenAI client, and a batch that survives a server stop."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from forge.config import compose_config
+from forge.server.app import app_from_config
+from forge.server.background import BackgroundServer
+from tests.server_helpers import error_of
+
+TERMINAL = ("completed", "failed", "cancelled", "expired")
+
+
+def start(state_dir: Path, *overrides: str) -> BackgroundServer:
+    cfg = compose_config(["model=tiny", f"server.state_dir={state_dir}", *overrides])
+    app, _ = app_from_config(cfg, "tiny")
+    return BackgroundServer(app)
+
+
+def request_line(custom_id: str, body: dict[str, Any], url: str = "/v1/completions") -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def completion(prompt: str, max_tokens: int = 6) -> dict[str, Any]:
+    return {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+
+
+def wait_for(
+    client: openai.OpenAI, batch_id: str, statuses: tuple[str, ...] = TERMINAL, timeout_s: float = 60.0
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    batch = client.batches.retrieve(batch_id)
+    while batch.status not in statuses:
+        assert time.monotonic() < deadline, f"batch still {batch.status}"
+        time.sleep(0.05)
+        batch = client.batches.retrieve(batch_id)
+    return batch
+
+
+def jsonl(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+    with start(tmp_path_factory.mktemp("state")) as s:
+        yield s
+    assert s.app.state.forge.engine.leak is None
+
+
+@pytest.fixture(scope="module")
+def client(server: BackgroundServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_batch_through_the_openai_client(client: openai.OpenAI) -> None:
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+    lines = [
+        request_line("a", completion("Hello")),
+        "{not json",
+        request_line("b", completion("abc", 0)),  # a request the endpoint refuses: a 400 response
+        "",
+        request_line("c", chat, url="/v1/chat/completions"),  # not the batch's endpoint
+        request_line("a", completion("again")),  # custom_id repeated
+        request_line("d", completion("World", 5)),
+    ]
+    upload = client.files.create(file=("in.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch")
+    assert upload.purpose == "batch" and upload.bytes == len("\n".join(lines).encode())
+    assert client.files.content(upload.id).text == "\n".join(lines)
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+    assert batch.status == "validating" and batch.endpoint == "/v1/completions"
+    batch = wait_for(client, batch.id)
+    assert batch.status == "completed"
+    assert batch.request_counts is not None
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (6, 2, 4)
+    assert batch.output_file_id is not None and batch.error_file_id is not None
+
+    outputs = jsonl(client.files.content(batch.output_file_id).text)
+    assert [o["custom_id"] for o in outputs] == ["a", "d"]
+    for out, (prompt, n) in zip(outputs, [("Hello", 6), ("World", 5)], strict=True):
+        assert out["error"] is None and out["response"]["status_code"] == 200
+        direct = client.completions.create(model="tiny", prompt=prompt, max_tokens=n, temperature=0)
+        assert out["response"]["body"]["choices"][0]["text"] == direct.choices[0].text
+        assert out["response"]["body"]["usage"]["completion_tokens"] == direct.usage.completion_tokens  # type: ignore[union-attr]
+
+    errors = jsonl(client.files.content(batch.error_file_id).text)
+    by_line = {e["error"]["line"]: e for e in errors if e["error"] is not None}
+    assert set(by_line) == {2, 5, 6}  # 1-based line numbers; the blank line 4 is no request
+    assert by_line[2]["error"]["code"] == "invalid_json" and "line 2" in by_line[2]["error"]["message"]
+    assert by_line[5]["custom_id"] == "c" and by_line[6]["error"]["code"] == "duplicate_custom_id"
+    refused = [e for e in errors if e["error"] is None]
+    assert [e["custom_id"] for e in refused] == ["b"]
+    assert refused[0]["response"]["status_code"] == 400 and refused[0]["response"]["body"]["error"]["param"]
+
+    assert batch.id in [b.id for b in client.batches.list()]
+    assert {upload.id, batch.output_file_id} <= {f.id for f in client.files.list()}
+    assert client.files.delete(upload.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(upload.id)
+
+
+def test_bad_batch_requests_get_openai_errors(server: BackgroundServer, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_0123456789abcdef")
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(input_file_id="file-nope", endpoint="/v1/completions", completion_window="24h")
+    upload = client.files.create(
+        file=("x.jsonl", io.BytesIO(request_line("a", completion("x")).encode())), purpose="batch"
+    )
+    url = server.url + "/v1/batches"
+    body = {"input_file_id": upload.id, "endpoint": "/v1/completions", "completion_window": "24h"}
+    assert error_of(httpx.post(url, json={**body, "endpoint": "/v1/models"}), 400)["param"] == "endpoint"
+    assert error_of(httpx.post(url, json={**body, "completion_window": "1h"}), 400)["param"] == "completion_window"
+    assert error_of(httpx.post(url, json={**body, "priority": 1}), 400)["param"] == "priority"
+    files = server.url + "/v1/files"
+    assert error_of(httpx.post(files, files={"file": ("x.jsonl", b"{}")}, data={"purpose": "fine-tune"}), 400)
+    assert error_of(httpx.post(files, files={"file": ("x.jsonl", b"\xff\xfe")}, data={"purpose": "batch"}), 400)
+    assert error_of(httpx.get(files + "/../../etc/passwd"), 404)
+
+
+def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:
+    long = {**completion("slow", 150), "ignore_eos": True}
+    lines = "\n".join(request_line(f"r{i}", long) for i in range(20))
+    with start(tmp_path, "server.batch_max_in_flight=1") as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
+        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+        wait_for(client, batch.id, ("in_progress",))
+        assert client.batches.cancel(batch.id).status == "cancelling"
+        batch = wait_for(client, batch.id)
+        assert batch.status == "cancelled" and batch.cancelled_at is not None
+        assert batch.request_counts is not None and batch.request_counts.completed < 20
+        engine = s.app.state.forge.engine.engine
+        deadline = time.monotonic() + 10
+        while engine.has_unfinished():  # the request in flight was aborted, not left to finish
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        one = client.files.create(
+            file=("one.jsonl", io.BytesIO(request_line("x", completion("x")).encode())), purpose="batch"
+        )
+        finished = client.batches.create(input_file_id=one.id, endpoint="/v1/completions", completion_window="24h")
+        assert wait_for(client, finished.id).status == "completed"
+        assert error_of(httpx.post(f"{s.url}/v1/batches/{finished.id}/cancel"), 409)["code"] == "invalid_state"
+
+
+def test_a_batch_in_progress_resumes_on_the_next_server(tmp_path: Path) -> None:
+    """Stopped mid-batch, the next server on the same state dir runs what is left: every request once."""
+    prompts = [f"line {i}" for i in range(6)]
+    lines = "\n".join(request_line(p, {**completion(p, 60), "ignore_eos": True}) for p in prompts)
+    with start(tmp_path, "server.batch_max_in_flight=1") as first:
+        client = openai.OpenAI(base_url=first.url + "/v1", api_key="unused", max_retries=0)
+        upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
+        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+        deadline = time.monotonic() + 60
+        while (client.batches.retrieve(batch.id).request_counts or batch.request_counts).completed < 1:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    stopped = json.loads((tmp_path / "batches" / f"{batch.id}.json").read_text())
+    assert stopped["status"] == "in_progress" and 1 <= stopped["request_counts"]["completed"] < 6
+
+    with start(tmp_path) as second:
+        client = openai.OpenAI(base_url=second.url + "/v1", api_key="unused", max_retries=0)
+        done = wait_for(client, batch.id)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
+        outputs = jsonl(client.files.content(done.output_file_id or "").text)
+        assert sorted(o["custom_id"] for o in outputs) == sorted(prompts)
+        for out in outputs:
+            direct = client.completions.create(
+                model="tiny", prompt=out["custom_id"], max_tokens=60, temperature=0, extra_body={"ignore_eos": True}
+            )
+            assert out["response"]["body"]["choices"][0]["text"] == direct.choices[0].text
