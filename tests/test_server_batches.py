@@ -180,3 +180,26 @@ def test_a_batch_in_progress_resumes_on_the_next_server(tmp_path: Path) -> None:
                 model="tiny", prompt=out["custom_id"], max_tokens=60, temperature=0, extra_body={"ignore_eos": True}
             )
             assert out["response"]["body"]["choices"][0]["text"] == direct.choices[0].text
+
+
+def test_interactive_requests_go_before_waiting_batch_requests(tmp_path: Path) -> None:
+    """scheduler=priority, one sequence at a time, 4 batch requests in the engine: an interactive
+    request waits for the running batch request only, not for the 3 queued behind it."""
+    lines = "\n".join(request_line(f"r{i}", {**completion(f"p{i}", 60), "ignore_eos": True}) for i in range(12))
+    overrides = ("scheduler=priority", "engine.max_num_seqs=1", "server.batch_max_in_flight=4")
+    with start(tmp_path, *overrides) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
+        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+        engine = s.app.state.forge.engine.engine
+        deadline = time.monotonic() + 30
+        while len(engine.scheduler.waiting) < 3:  # the runner's 4: one running, three waiting
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        before = client.batches.retrieve(batch.id).request_counts
+        client.completions.create(model="tiny", prompt="interactive", max_tokens=5, temperature=0)
+        after = client.batches.retrieve(batch.id).request_counts
+        assert before is not None and after is not None
+        assert after.completed - before.completed <= 2  # the running one (+1 if it ended between the reads)
+        client.batches.cancel(batch.id)
+        assert wait_for(client, batch.id).status == "cancelled"

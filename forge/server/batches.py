@@ -283,7 +283,8 @@ class BatchRunner:
         all_done = asyncio.gather(*workers)
         cancelled = asyncio.create_task(self._cancel_running.wait())
         try:
-            await asyncio.wait([all_done, cancelled], return_when=asyncio.FIRST_COMPLETED)
+            waiters: list[asyncio.Future[Any]] = [all_done, cancelled]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if all_done.done():
                 all_done.result()
         finally:  # a cancel aborts the requests in flight: their engine requests end with the tasks
@@ -304,18 +305,18 @@ class BatchRunner:
             return self.files.create(f"{batch.id}_{kind}.jsonl", BATCH_OUTPUT_PURPOSE, data).id
 
         now = int(time.time())
-        stamp = {"completed_at": now} if status == "completed" else {"cancelled_at": now}
         total = batch.request_counts.get("total", 0)
-        self.store.save(
-            replace(
-                self.store.get(batch.id),
-                status=status,
-                output_file_id=write(ok, "output"),
-                error_file_id=write(bad, "error"),
-                request_counts=_counts(total, results),
-                **stamp,
-            )
+        ended = replace(
+            self.store.get(batch.id),
+            status=status,
+            output_file_id=write(ok, "output"),
+            error_file_id=write(bad, "error"),
+            request_counts=_counts(total, results),
         )
+        if status == "completed":
+            self.store.save(replace(ended, completed_at=now))
+        else:
+            self.store.save(replace(ended, cancelled_at=now))
         self._cancelled.discard(batch.id)
 
 
