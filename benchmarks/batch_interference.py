@@ -3,11 +3,12 @@
     python -m benchmarks.batch_interference [--repeats 3] [--out reports/serve/batch_interference.md]
 
 A tiny-model server (``scheduler=fcfs``, ``engine.max_num_seqs=8``) runs a batch of 48 requests of
-48 tokens while a client sends 8 interactive completions of 16 tokens one after another; each
-run reports the interactive requests' median latency (wall seconds, client side) and the batch's
-wall time. Runs: no batch, the batch capped at 4 requests in flight (the default), and capped at 64
-(no cap in effect). The table holds the median over ``--repeats`` runs, with the machine, the
-commit and the load average."""
+48 tokens while a client sends interactive completions of 16 tokens one after another until the
+batch has completed (8 when there is no batch); each run reports the median latency of those
+requests (wall seconds, client side), how many there were, and the batch's wall time. Runs: no
+batch, the batch capped at 4 requests in flight (the default), and capped at 64 (no cap in effect).
+The table holds the median over ``--repeats`` runs, with the machine, the commit and the load
+average."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 
-BATCH_LINES, BATCH_TOKENS, INTERACTIVE, INTERACTIVE_TOKENS = 48, 48, 8, 16
+BATCH_LINES, BATCH_TOKENS, INTERACTIVE, INTERACTIVE_TOKENS, MAX_INTERACTIVE = 48, 48, 8, 16, 500
 CAPS: tuple[int | None, ...] = (None, 4, 64)
 
 
@@ -43,8 +44,8 @@ def batch_file() -> bytes:
     return "\n".join(lines).encode()
 
 
-def one_run(cap: int | None, state_dir: str) -> tuple[float, float | None]:
-    """(median interactive latency, batch wall time or None) for one server."""
+def one_run(cap: int | None, state_dir: str) -> tuple[float, int, float | None]:
+    """(median interactive latency, interactive requests, batch wall time or None) for one server."""
     overrides = ["model=tiny", "scheduler=fcfs", "engine.max_num_seqs=8", f"server.state_dir={state_dir}"]
     if cap is not None:
         overrides.append(f"server.batch_max_in_flight={cap}")
@@ -62,7 +63,12 @@ def one_run(cap: int | None, state_dir: str) -> tuple[float, float | None]:
                 time.sleep(0.01)
         latencies = []
         body = {"model": "tiny", "prompt": "interactive", "max_tokens": INTERACTIVE_TOKENS, "ignore_eos": True}
-        for _ in range(INTERACTIVE):
+        # one after another: the 8 of a run without a batch; with one, every request started before it completed
+        for i in range(MAX_INTERACTIVE):
+            if batch_id is None and i == INTERACTIVE:
+                break
+            if batch_id is not None and c.get(f"/v1/batches/{batch_id}").json()["status"] == "completed":
+                break
             t0 = time.perf_counter()
             assert c.post("/v1/completions", json=body).status_code == 200
             latencies.append(time.perf_counter() - t0)
@@ -73,7 +79,7 @@ def one_run(cap: int | None, state_dir: str) -> tuple[float, float | None]:
                 assert time.monotonic() < deadline, "the batch did not complete"
                 time.sleep(0.02)
             batch_s = time.perf_counter() - started
-        return statistics.median(latencies), batch_s
+        return statistics.median(latencies), len(latencies), batch_s
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,9 +95,10 @@ def main(argv: list[str] | None = None) -> None:
             with tempfile.TemporaryDirectory() as state_dir:
                 runs.append(one_run(cap, state_dir))
         lat = statistics.median(r[0] for r in runs)
-        batch = [r[1] for r in runs if r[1] is not None]
-        rows.append((cap, lat, statistics.median(batch) if batch else None, [round(r[0], 3) for r in runs]))
-        print(f"cap={cap}: interactive median {lat:.3f} s, runs {rows[-1][3]}", flush=True)
+        batch = [r[2] for r in runs if r[2] is not None]
+        per_run = [f"{r[0]:.3f} s over {r[1]}" for r in runs]
+        rows.append((cap, lat, statistics.median(batch) if batch else None, per_run))
+        print(f"cap={cap}: interactive median {lat:.3f} s, runs {per_run}", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
         "# Interactive latency while a batch runs (`server.batch_max_in_flight`)",
@@ -99,8 +106,9 @@ def main(argv: list[str] | None = None) -> None:
         f"`python -m benchmarks.batch_interference --repeats {args.repeats}` at commit {commit}, {cpu_model()} "
         f"(2 cores, shared), load average {load_before[0]:.1f} before / {os.getloadavg()[0]:.1f} after.",
         f"tiny model, scheduler=fcfs, engine.max_num_seqs=8; batch: {BATCH_LINES} requests x {BATCH_TOKENS} "
-        f"tokens; interactive: {INTERACTIVE} sequential requests x {INTERACTIVE_TOKENS} tokens. Wall seconds, "
-        f"median of {args.repeats} runs (each run's value: the median of its {INTERACTIVE} requests).",
+        f"tokens; interactive: sequential requests x {INTERACTIVE_TOKENS} tokens until the batch completed "
+        f"({INTERACTIVE} without a batch). Wall seconds, median of {args.repeats} runs (each run's value: the "
+        "median latency of its interactive requests; per run: that median over how many requests).",
         "",
         "| batch running | interactive latency (s) | batch wall time (s) | per run |",
         "|---|---|---|---|",
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     for cap, lat, batch_s, per_run in rows:
         label = "no batch" if cap is None else f"batch_max_in_flight={cap}"
         shown = "-" if batch_s is None else f"{batch_s:.2f}"
-        lines.append(f"| {label} | {lat:.3f} | {shown} | {per_run} |")
+        lines.append(f"| {label} | {lat:.3f} | {shown} | {'; '.join(per_run)} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(args.out.read_text())

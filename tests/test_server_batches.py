@@ -130,11 +130,24 @@ def test_bad_batch_requests_get_openai_errors(server: BackgroundServer, client: 
 
 def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:
     long = {**completion("slow", 150), "ignore_eos": True}
-    lines = "\n".join(request_line(f"r{i}", long) for i in range(20))
+    long_lines = "\n".join(request_line(f"r{i}", long) for i in range(20))
+    short_lines = "\n".join(request_line(f"s{i}", {**completion("quick", 30), "ignore_eos": True}) for i in range(4))
     with start(tmp_path, "server.batch_max_in_flight=1") as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
-        upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
-        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+
+        def create(lines: str) -> Any:
+            upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
+            return client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+
+        running, queued = create(short_lines), create(long_lines)
+        wait_for(client, running.id, ("in_progress",))
+        assert client.batches.cancel(queued.id).status == "cancelling"
+        done = wait_for(client, running.id)  # cancelling another batch leaves this one running to the end
+        assert done.status == "completed" and done.request_counts is not None and done.request_counts.completed == 4
+        cancelled = wait_for(client, queued.id)
+        assert cancelled.status == "cancelled" and cancelled.output_file_id is None
+
+        batch = create(long_lines)
         wait_for(client, batch.id, ("in_progress",))
         assert client.batches.cancel(batch.id).status == "cancelling"
         batch = wait_for(client, batch.id)
@@ -145,12 +158,7 @@ def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:
         while engine.has_unfinished():  # the request in flight was aborted, not left to finish
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        one = client.files.create(
-            file=("one.jsonl", io.BytesIO(request_line("x", completion("x")).encode())), purpose="batch"
-        )
-        finished = client.batches.create(input_file_id=one.id, endpoint="/v1/completions", completion_window="24h")
-        assert wait_for(client, finished.id).status == "completed"
-        assert error_of(httpx.post(f"{s.url}/v1/batches/{finished.id}/cancel"), 409)["code"] == "invalid_state"
+        assert error_of(httpx.post(f"{s.url}/v1/batches/{done.id}/cancel"), 409)["code"] == "invalid_state"
 
 
 def test_a_batch_in_progress_resumes_on_the_next_server(tmp_path: Path) -> None:

@@ -155,7 +155,8 @@ class BatchRunner:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
-        self._cancel_running = asyncio.Event()  # set: the running batch was cancelled
+        self._running: str | None = None  # the batch whose requests are in flight
+        self._cancel_running = asyncio.Event()  # set: that batch was cancelled
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._serve(), name="forge-batches")
@@ -198,7 +199,8 @@ class BatchRunner:
         if batch.status not in ACTIVE:
             raise APIError(f"a batch that is {batch.status} cannot be cancelled", 409, code="invalid_state")
         self._cancelled.add(batch_id)
-        self._cancel_running.set()
+        if batch_id == self._running:
+            self._cancel_running.set()
         self._wake.set()
         return self.store.save(replace(batch, status="cancelling", cancelling_at=int(time.time())))
 
@@ -234,10 +236,9 @@ class BatchRunner:
         elif batch.status == "validating":
             self._validate(batch)
         elif batch.status == "in_progress":
-            await self._run(batch)
-            batch = self.store.get(batch.id)
-            if batch.status == "in_progress":
-                self.store.save(replace(batch, status="finalizing", finalizing_at=int(time.time())))
+            if await self._run(batch):
+                now = int(time.time())
+                self.store.save(replace(self.store.get(batch.id), status="finalizing", finalizing_at=now))
         else:
             await self._finalize(batch, "completed")
 
@@ -259,12 +260,13 @@ class BatchRunner:
         counts = _counts(len(items), self.store.results(batch.id))
         self.store.save(replace(batch, status="in_progress", in_progress_at=int(time.time()), request_counts=counts))
 
-    async def _run(self, batch: Batch) -> None:
+    async def _run(self, batch: Batch) -> bool:
+        """Run the requests not yet done; True when every line has its record (not cancelled)."""
         try:
             items = self._lines(batch)
         except (APIError, UnicodeDecodeError):
             self._fail(batch, "file_not_found", f"the input file {batch.input_file_id} no longer exists")
-            return
+            return False
         done = self.store.results(batch.id)
         todo: Iterator[BatchLine] = (i for i in items if isinstance(i, BatchLine) and i.line not in done)
 
@@ -278,6 +280,7 @@ class BatchRunner:
                 current = self.store.get(batch.id)
                 self.store.save(replace(current, request_counts=_counts(len(items), done)))
 
+        self._running = batch.id
         self._cancel_running.clear()
         workers = [asyncio.create_task(worker()) for _ in range(self.max_in_flight)]
         all_done = asyncio.gather(*workers)
@@ -291,6 +294,8 @@ class BatchRunner:
             cancelled.cancel()
             all_done.cancel()
             await asyncio.gather(*workers, cancelled, return_exceptions=True)
+            self._running = None
+        return batch.id not in self._cancelled and len(self.store.results(batch.id)) == len(items)
 
     async def _finalize(self, batch: Batch, status: str) -> None:
         """The output and error files from the results so far, then the final status."""

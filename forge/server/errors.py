@@ -41,8 +41,10 @@ class ErrorResponse(BaseModel):
 _DESCRIPTIONS = {
     400: "Invalid request (bad field, body not JSON, text not valid Unicode)",
     401: "Missing or invalid API key",
+    403: "Not allowed (POST /shutdown on a server without API keys)",
     404: "Unknown model or route",
     405: "Method not allowed on this route",
+    409: "The batch's state does not allow this (cancelling a finished batch)",
     408: "The request body did not arrive in time (server.body_timeout_s)",
     413: "The request body is larger than server.max_body_bytes",
     429: "Rate limit exceeded (see Retry-After)",
