@@ -126,6 +126,11 @@ def test_bad_batch_requests_get_openai_errors(server: BackgroundServer, client: 
     assert error_of(httpx.post(files, files={"file": ("x.jsonl", b"{}")}, data={"purpose": "fine-tune"}), 400)
     assert error_of(httpx.post(files, files={"file": ("x.jsonl", b"\xff\xfe")}, data={"purpose": "batch"}), 400)
     assert error_of(httpx.get(files + "/../../etc/passwd"), 404)
+    page = httpx.get(files, params={"limit": 1, "order": "asc"}).json()
+    assert len(page["data"]) == 1 and page["has_more"] and page["first_id"] == page["last_id"]
+    rest = httpx.get(files, params={"after": page["last_id"], "order": "asc"}).json()["data"]
+    assert rest and page["last_id"] not in [f["id"] for f in rest]
+    assert error_of(httpx.get(files, params={"limit": 0}), 400)["param"] == "limit"
 
 
 def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:

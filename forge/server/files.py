@@ -110,8 +110,29 @@ def files_router(store: FileStore) -> APIRouter:
         return store.create(file.filename or "upload.jsonl", purpose, data).body()
 
     @router.get("/v1/files")
-    async def list_files(purpose: str | None = None) -> dict[str, Any]:
-        return {"object": "list", "data": [o.body() for o in store.list(purpose)], "has_more": False}
+    async def list_files(
+        purpose: str | None = None, limit: int = 10000, order: str = "desc", after: str | None = None
+    ) -> dict[str, Any]:
+        """OpenAI's paging: newest first (``order=asc``: oldest first), ``limit`` per page, the
+        page after the file ``after``."""
+        if not 1 <= limit <= 10000:
+            raise APIError("limit must be in 1..10000", param="limit")
+        if order not in ("asc", "desc"):
+            raise APIError('order must be "asc" or "desc"', param="order")
+        objs = store.list(purpose)
+        if order == "asc":
+            objs.reverse()
+        if after is not None:
+            ids = [o.id for o in objs]
+            objs = objs[ids.index(after) + 1 :] if after in ids else []
+        page = objs[:limit]
+        return {
+            "object": "list",
+            "data": [o.body() for o in page],
+            "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None,
+            "has_more": len(objs) > limit,
+        }
 
     @router.get("/v1/files/{file_id}")
     async def retrieve(file_id: str) -> dict[str, Any]:
