@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
-from tests.server_helpers import error_of
+from tests.server_helpers import error_of, server_process
 
 TERMINAL = ("completed", "failed", "cancelled", "expired")
 
@@ -216,3 +218,31 @@ def test_interactive_requests_go_before_waiting_batch_requests(tmp_path: Path) -
         assert after.completed - before.completed <= 2  # the running one (+1 if it ended between the reads)
         client.batches.cancel(batch.id)
         assert wait_for(client, batch.id).status == "cancelled"
+
+
+@pytest.mark.slow
+def test_a_batch_survives_a_killed_server_process(tmp_path: Path) -> None:
+    """SIGKILL mid-batch (no drain at all): the next server process on the state dir finishes it."""
+    cmd = [
+        *(sys.executable, "run.py", "mode=serve", "model=tiny", "server.port=0", "server.batch_max_in_flight=1"),
+        *(f"server.state_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}"),
+    ]
+    prompts = [f"kill {i}" for i in range(6)]
+    lines = "\n".join(request_line(p, {**completion(p, 80), "ignore_eos": True}) for p in prompts)
+    with server_process(cmd) as (proc, port):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        upload = client.files.create(file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch")
+        batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+        deadline = time.monotonic() + 120
+        while (client.batches.retrieve(batch.id).request_counts or batch.request_counts).completed < 1:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    with server_process(cmd) as (_, port):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        done = wait_for(client, batch.id, timeout_s=120)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
+        outputs = jsonl(client.files.content(done.output_file_id or "").text)
+        assert sorted(o["custom_id"] for o in outputs) == sorted(prompts)
