@@ -2,9 +2,9 @@
 
 Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), GET /v1/models,
 GET /health, GET /metrics, POST /tokenize, POST /detokenize; /v1/files and /v1/batches
-(``files``, ``batches``), POST /generate (``generate``), POST /shutdown (``admin``). Every request is validated by
-``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error shape); the engine
-runs on its own thread (``AsyncEngine``)."""
+(``files``, ``batches``), POST /generate (``generate``), POST /shutdown (``admin``). Every request
+is validated by ``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error
+shape); the engine runs on its own thread (``AsyncEngine``)."""
 
 from __future__ import annotations
 
@@ -436,7 +436,7 @@ def build_app(
         }
     )
     files = FileStore(settings.state_path() / "files")
-    state.batches = BatchRunner(
+    runner = state.batches = BatchRunner(
         BatchStore(settings.state_path() / "batches"),
         files,
         state.handlers,
@@ -451,10 +451,9 @@ def build_app(
         state.engine.start()
         if compiler is not None:
             compiler.start()
-        assert state.batches is not None
-        state.batches.start()
+        runner.start()
         yield
-        await state.batches.stop()
+        await runner.stop()
         await state.engine.shutdown(settings.shutdown_timeout_s)
         if compiler is not None:
             compiler.close()
@@ -541,7 +540,7 @@ def build_app(
         return {"prompt": engine.tokenizer.decode(body.tokens)}
 
     app.include_router(files_router(files))
-    app.include_router(batches_router(state.batches))
+    app.include_router(batches_router(runner))
     app.include_router(generate_router(lambda body: _completions(state, body), name))
     app.include_router(admin_router(control, settings.shutdown_timeout_s))
     return app

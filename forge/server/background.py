@@ -45,11 +45,6 @@ class BackgroundServer:
         self.server.should_exit = True
         self.thread.join(self.timeout_s)
 
-    def wait_stopped(self, timeout_s: float) -> bool:
-        """Whether the server ended (e.g. after ``POST /shutdown``) within ``timeout_s``."""
-        self.thread.join(timeout_s)
-        return not self.thread.is_alive()
-
     def __enter__(self) -> BackgroundServer:
         return self.start()
 
