@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,12 @@ def test_generate_is_greedy_completions_in_forge_infers_shape(tmp_path: Path) ->
         assert r.json()["text"] == same["choices"][0]["text"]
         assert r.json()["prompt_tokens"] == same["usage"]["prompt_tokens"]
         assert r.json()["completion_tokens"] == same["usage"]["completion_tokens"]
+        # forge-infer's example, curl -d '{...}', sends its JSON as a form body
+        as_form = {**auth, "Content-Type": "application/x-www-form-urlencoded"}
+        raw = json.dumps({"prompt": "hello forge", "max_tokens": 9})
+        assert httpx.post(s.url + "/generate", content=raw, headers=as_form).json() == r.json()
+        assert error_of(httpx.post(s.url + "/generate", content="{nope", headers=as_form), 400)
+        assert error_of(httpx.post(s.url + "/generate", json=["x"], headers=auth), 400)
         default = httpx.post(s.url + "/generate", json={"prompt": "x"}, headers=auth).json()
         assert 1 <= default["completion_tokens"] <= 32  # forge-infer's default max_tokens
         assert error_of(httpx.post(s.url + "/generate", json={"prompt": "x", "stream": True}, headers=auth), 400)
