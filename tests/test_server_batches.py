@@ -138,7 +138,7 @@ def test_bad_batch_requests_get_openai_errors(server: BackgroundServer, client: 
 def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:
     long = {**completion("slow", 150), "ignore_eos": True}
     long_lines = "\n".join(request_line(f"r{i}", long) for i in range(20))
-    short_lines = "\n".join(request_line(f"s{i}", {**completion("quick", 30), "ignore_eos": True}) for i in range(4))
+    short_lines = "\n".join(request_line(f"s{i}", {**completion("quick", 60), "ignore_eos": True}) for i in range(4))
     with start(tmp_path, "server.batch_max_in_flight=1") as s:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
 
@@ -147,7 +147,7 @@ def test_cancel_stops_a_running_batch(tmp_path: Path) -> None:
             return client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
 
         running, queued = create(short_lines), create(long_lines)
-        wait_for(client, running.id, ("in_progress",))
+        wait_for(client, running.id, ("in_progress", *TERMINAL))  # polled: it may have ended meanwhile
         assert client.batches.cancel(queued.id).status == "cancelling"
         done = wait_for(client, running.id)  # cancelling another batch leaves this one running to the end
         assert done.status == "completed" and done.request_counts is not None and done.request_counts.completed == 4
