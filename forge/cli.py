@@ -2,14 +2,16 @@
 
     forge run [overrides ...]          a run (Hydra's command line: overrides, -m sweeps, --cfg job, ...)
     forge serve [MODEL] [overrides] [--port N --host H --max-num-seqs N --max-model-len N --block-size N
-                --served-model-name NAME --api-key KEY --config FILE.yaml]
-                                       mode=serve; the vLLM flags are mapped onto the config;
-                                       flags > FORGE_* env (FORGE_PORT, ...) > --config YAML > defaults
+                --served-model-name NAME --api-key KEY]
+                                       mode=serve; the vLLM flags are mapped onto the config
     forge bench serve [args]           the ``vllm bench serve``-style client (benchmarks/serve.py)
     forge bench startup [args]         import / model load / first-token times (benchmarks/startup.py)
     forge bench regress [args]         the regression gate of benchmarks/suites (benchmarks/regress.py)
     forge sweep DIR                    (re)write a sweep directory's sweep_report.md
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
+
+``forge serve --config FILE.yaml`` also takes settings from a YAML and from ``FORGE_*`` variables
+(``FORGE_PORT``, ...; forge/server/config_sources.py): flags > environment > YAML > defaults.
 
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
 and the command exits with status 2; ``FORGE_FULL_ERROR=1`` (or ``HYDRA_FULL_ERROR=1``) shows its traceback.
