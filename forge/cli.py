@@ -10,6 +10,9 @@
     forge sweep DIR                    (re)write a sweep directory's sweep_report.md
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
 
+``forge serve --config FILE.yaml`` also takes settings from a YAML and from ``FORGE_*`` variables
+(``FORGE_PORT``, ...; forge/server/config_sources.py): flags > environment > YAML > defaults.
+
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
 and the command exits with status 2; ``FORGE_FULL_ERROR=1`` (or ``HYDRA_FULL_ERROR=1``) shows its traceback.
 
@@ -133,10 +136,17 @@ def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def serve_command(argv: Sequence[str]) -> None:
-    overrides, api_key = serve_overrides(argv)
+    """``--config FILE`` and the ``FORGE_*`` variables (forge/server/config_sources.py) under the flags."""
+    from forge.server.config_sources import announce, layered, pop_config_flag
+
+    args, config_file = pop_config_flag(argv)
+    overrides, api_key = serve_overrides(args)
     if api_key is not None:
         os.environ[API_KEY_ENV] = api_key
-    run_app(overrides)
+    settings = layered(overrides, config_file, os.environ)
+    if settings:
+        print(announce(settings), file=sys.stderr)
+    run_app([*(s.override for s in settings), *overrides])
 
 
 def bench_command(argv: Sequence[str]) -> None:

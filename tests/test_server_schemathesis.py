@@ -26,9 +26,13 @@ GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[BackgroundServer]:
-    """max_model_len=128 keeps each generated request short (the fuzzer leaves max_tokens open)."""
-    app, _ = app_from_config(compose_config(["model=tiny", "engine.max_model_len=128"]), "tiny")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackgroundServer]:
+    """max_model_len=128 keeps each generated request short (the fuzzer leaves max_tokens open);
+    the files and batches it creates stay in a temporary state dir."""
+    state_dir = tmp_path_factory.mktemp("state")
+    app, _ = app_from_config(
+        compose_config(["model=tiny", "engine.max_model_len=128", f"server.state_dir={state_dir}"]), "tiny"
+    )
     with BackgroundServer(app) as s:
         yield s
 

@@ -1,9 +1,10 @@
 """The OpenAI-compatible HTTP front end: ``python run.py mode=serve``.
 
 Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), GET /v1/models,
-GET /health, GET /metrics, POST /tokenize, POST /detokenize. Every request is validated by
-``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error shape); the engine
-runs on its own thread (``AsyncEngine``)."""
+GET /health, GET /metrics, POST /tokenize, POST /detokenize; /v1/files and /v1/batches
+(``files``, ``batches``), POST /generate (``generate``), POST /shutdown (``admin``). Every request
+is validated by ``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error
+shape); the engine runs on its own thread (``AsyncEngine``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,9 +25,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from forge.engine.engine import Engine
+from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
+from forge.server.batch_lines import Handler, json_handler
+from forge.server.batches import BatchRunner, BatchStore, batches_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
+from forge.server.files import FileStore, files_router
+from forge.server.generate import generate_router
 from forge.server.generation import (
     ChoiceSpec,
     ChoiceText,
@@ -62,7 +69,7 @@ from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
 
 log = logging.getLogger("forge.server")
-_PROTECTED = ("/v1/", "/tokenize", "/detokenize")
+_PROTECTED = ("/v1/", "/tokenize", "/detokenize", "/generate", "/shutdown")
 
 
 @dataclass
@@ -76,6 +83,9 @@ class ServerState:
     max_model_len: int
     created: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
+    # what a batch line may call, by endpoint path (the routes' own functions, no HTTP)
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    batches: BatchRunner | None = None
 
     def check_access(self, authorization: str | None, client: str) -> APIError | None:
         """401 without a valid key (when keys are set); 429 past the rate limit, which is per
@@ -102,6 +112,8 @@ class ServerState:
         ``shutdown_timeout_s`` to finish and are then aborted (each stream's last chunk says
         ``finish_reason="abort"``, then ``[DONE]``)."""
         self.draining = True
+        if self.batches is not None:  # batch requests in flight stop here and run again on restart
+            await self.batches.stop()
         await self.engine.shutdown(self.settings.shutdown_timeout_s)
 
 
@@ -417,13 +429,31 @@ def build_app(
         model_name=name,
         max_model_len=limits.max_model_len,
     )
+    state.handlers.update(
+        {
+            "/v1/completions": json_handler(CompletionRequest, lambda body: _completions(state, body)),
+            "/v1/chat/completions": json_handler(ChatCompletionRequest, lambda body: _chat(state, body)),
+        }
+    )
+    files = FileStore(settings.state_path() / "files")
+    runner = state.batches = BatchRunner(
+        BatchStore(settings.state_path() / "batches"),
+        files,
+        state.handlers,
+        name,
+        settings.batch_max_in_flight,
+        settings.batch_priority,
+    )
+    control = ShutdownControl(state.drain, lambda: bool(settings.keys()))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         state.engine.start()
         if compiler is not None:
             compiler.start()
+        runner.start()
         yield
+        await runner.stop()
         await state.engine.shutdown(settings.shutdown_timeout_s)
         if compiler is not None:
             compiler.close()
@@ -432,6 +462,7 @@ def build_app(
 
     app = FastAPI(title="forge", lifespan=lifespan, responses=ERROR_RESPONSES)
     app.state.forge = state
+    app.state.shutdown = control
     # AccessGuard is outermost: an unauthenticated or rate-limited request's body is never read.
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(AccessGuard, state=state)
@@ -508,6 +539,10 @@ def build_app(
             raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
         return {"prompt": engine.tokenizer.decode(body.tokens)}
 
+    app.include_router(files_router(files))
+    app.include_router(batches_router(runner))
+    app.include_router(generate_router(lambda body: _completions(state, body), name))
+    app.include_router(admin_router(control, settings.shutdown_timeout_s))
     return app
 
 
@@ -541,8 +576,26 @@ def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[Fas
     return app, settings
 
 
+def hydra_run_dir() -> Path | None:
+    """The run directory Hydra made for this job, if a Hydra job is running."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except (ValueError, AttributeError):
+        return None
+
+
 def serve(cfg: DictConfig) -> None:
-    """Serve until SIGINT/SIGTERM, then drain (``ForgeServer``)."""
+    """Serve until SIGINT/SIGTERM or ``POST /shutdown``, then drain (``ForgeServer``) and write
+    the final Prometheus metrics to the run directory's ``server_metrics.prom``."""
     app, settings = app_from_config(cfg)
     state: ServerState = app.state.forge
-    ForgeServer(uvicorn_config(app, settings), state.drain).run()
+    server = ForgeServer(uvicorn_config(app, settings), state.drain)
+    app.state.shutdown.exit_server = server.request_exit
+    server.run()
+    run_dir = hydra_run_dir()
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "server_metrics.prom").write_bytes(state.metrics.render())
+        log.info("wrote %s", run_dir / "server_metrics.prom")

@@ -21,6 +21,7 @@ class BackgroundServer:
         state = app.state.forge
         config = uvicorn_config(app, state.settings, host=host, port=port, log_level="warning")
         self.server = ForgeServer(config, state.drain)
+        app.state.shutdown.exit_server = self.server.request_exit
         self.thread = threading.Thread(target=self.server.run, name="forge-uvicorn", daemon=True)
         self.host = host
         self.port = port

@@ -9,6 +9,7 @@ schema so schema-driven clients and fuzzers know them."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -40,8 +41,10 @@ class ErrorResponse(BaseModel):
 _DESCRIPTIONS = {
     400: "Invalid request (bad field, body not JSON, text not valid Unicode)",
     401: "Missing or invalid API key",
+    403: "Not allowed (POST /shutdown on a server without API keys)",
     404: "Unknown model or route",
     405: "Method not allowed on this route",
+    409: "The batch's state does not allow this (cancelling a finished batch)",
     408: "The request body did not arrive in time (server.body_timeout_s)",
     413: "The request body is larger than server.max_body_bytes",
     429: "Rate limit exceeded (see Retry-After)",
@@ -61,16 +64,16 @@ def clip(text: str, limit: int = MAX_ECHOED_PATH) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
+def validation_error(errors: Sequence[Any]) -> APIError:
+    """The 400 for pydantic's ``errors()`` of a request body: the first one, in forge's words."""
     if not errors:
-        return "invalid request", None
+        return APIError("invalid request", 400)
     first = errors[0]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid":
-        return "the request body is not valid JSON", None
+        return APIError("the request body is not valid JSON", 400)
     param = clip(".".join(loc)) or None
-    return f"{param or 'body'}: {first.get('msg', 'invalid value')}", param
+    return APIError(f"{param or 'body'}: {first.get('msg', 'invalid value')}", 400, param=param)
 
 
 def _http_error(request: Request, exc: HTTPException) -> APIError:
@@ -116,8 +119,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
-        return error_response(APIError(message, 400, param=param))
+        return error_response(validation_error(exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

@@ -51,6 +51,10 @@ class ForgeServer(uvicorn.Server):
         super().__init__(config)
         self.drain = drain
 
+    def request_exit(self) -> None:
+        """End the server as SIGTERM would (``POST /shutdown`` calls this once drained)."""
+        self.should_exit = True
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()

@@ -246,3 +246,19 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model: str | None = None
     tokens: list[int]
+
+
+class CreateBatchRequest(Strict):
+    """POST /v1/batches."""
+
+    input_file_id: str = Field(max_length=128)
+    endpoint: str = Field(max_length=128)
+    completion_window: str = Field(max_length=16)
+    metadata: dict[str, str] | None = None
+
+
+class GenerateRequest(Strict):
+    """POST /generate (forge-infer's shape): a prompt and at most ``max_tokens`` greedy tokens."""
+
+    prompt: str
+    max_tokens: int = Field(default=32, ge=1, le=INT64_MAX)

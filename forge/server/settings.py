@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -24,7 +25,14 @@ class ServerSettings:
     (uvicorn's ``h11_max_incomplete_event_size``).
     ``tool_call_parser``: how tool calls are read from the model's text (``hermes``,
     ``llama3_json`` or ``mistral``; ``forge.server.tools.PARSERS``), like vLLM's
-    ``--tool-call-parser``; null: only ``tool_choice`` required/named calls are made."""
+    ``--tool-call-parser``; null: only ``tool_choice`` required/named calls are made.
+    ``state_dir``: where ``/v1/files`` and ``/v1/batches`` keep their files and batch records
+    (null: ``server-state`` in forge's cache, ``$FORGE_CACHE_DIR`` or ``~/.cache/forge``); a batch
+    in progress when the server stops resumes when a server of the same model starts on it.
+    ``batch_max_in_flight``: batch requests the batch runner keeps in the engine at once (the cap
+    that keeps interactive latency bounded whatever the scheduler). ``batch_priority``: the
+    ``priority`` batch requests carry at least (lower runs first under ``scheduler=priority``;
+    interactive requests default to 0)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -44,6 +52,9 @@ class ServerSettings:
     keep_alive_timeout_s: float = 5.0
     max_header_bytes: int = 16 * 1024
     tool_call_parser: str | None = "hermes"
+    state_dir: str | None = None
+    batch_max_in_flight: int = 4
+    batch_priority: int = 1000
 
     def __post_init__(self) -> None:
         self.api_keys = [str(k) for k in self.api_keys]
@@ -53,6 +64,8 @@ class ServerSettings:
             raise ValueError("server.rate_limit_rps and server.rate_limit_burst must be >= 0")
         if self.max_waiting < 1 or self.max_n < 1:
             raise ValueError("server.max_waiting and server.max_n must be >= 1")
+        if self.batch_max_in_flight < 1:
+            raise ValueError(f"server.batch_max_in_flight must be >= 1, got {self.batch_max_in_flight}")
         for name in ("max_stop_len", "max_body_bytes", "max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1, got {getattr(self, name)}")
@@ -68,6 +81,14 @@ class ServerSettings:
             )
         if not 0 <= self.shutdown_timeout_s < float("inf"):
             raise ValueError(f"server.shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
+
+    def state_path(self) -> Path:
+        """The state directory (``state_dir``, or ``server-state`` in forge's cache)."""
+        if self.state_dir is not None:
+            return Path(self.state_dir).expanduser()
+        from forge.core.cache import cache_dir
+
+        return cache_dir() / "server-state"
 
     def keys(self) -> frozenset[str]:
         env = os.environ.get("FORGE_API_KEY")

@@ -1,0 +1,163 @@
+"""``forge serve``'s settings from a YAML file and from environment variables.
+
+Precedence, highest first: command-line flags and overrides > environment variables > the
+``--config`` YAML > the defaults (``conf/``). The YAML has the config's own keys
+(``server: {port: 8001}``, ``engine: {max_num_seqs: 16}``, ``model: smollm2`` to pick an option);
+a key the config does not have is a config error. The environment mapping is small and explicit
+(``ENV_SETTINGS``); ``FORGE_API_KEY`` is read by ``ServerSettings`` itself. Every setting that
+came from the YAML or the environment is printed at startup with where it came from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from forge.config import CONF_DIR, ConfigError, register_schema
+
+CONFIG_FLAG = "--config"
+# environment variable -> the setting it sets
+ENV_SETTINGS: dict[str, str] = {
+    "FORGE_HOST": "server.host",
+    "FORGE_PORT": "server.port",
+    "FORGE_LOG_LEVEL": "server.log_level",
+    "FORGE_SERVED_MODEL_NAME": "server.served_model_name",
+    "FORGE_STATE_DIR": "server.state_dir",
+    "FORGE_SHUTDOWN_TIMEOUT_S": "server.shutdown_timeout_s",
+    "FORGE_MODEL": "model",
+    "FORGE_MAX_NUM_SEQS": "engine.max_num_seqs",
+    "FORGE_MAX_MODEL_LEN": "engine.max_model_len",
+}
+# the config groups whose option a YAML string (``model: smollm2``) picks
+GROUP_KEYS = frozenset(
+    {"model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling", "drafter", "structured", "server"}
+)
+_SECRET_KEYS = frozenset({"api_key", "api_keys"})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One override and where it came from (an environment variable or the YAML's path)."""
+
+    key: str
+    value: str
+    source: str
+
+    @property
+    def override(self) -> str:
+        return f"{self.key}={self.value}"
+
+    def shown(self) -> str:
+        value = "<redacted>" if self.key.rsplit(".", 1)[-1] in _SECRET_KEYS else self.value
+        return f"{self.key}={value} ({self.source})"
+
+
+def pop_config_flag(argv: Sequence[str]) -> tuple[list[str], Path | None]:
+    """``argv`` without ``--config FILE`` (or ``--config=FILE``), and that file."""
+    args, out, path = list(argv), [], None
+    while args:
+        arg = args.pop(0)
+        flag, eq, inline = arg.partition("=")
+        if flag != CONFIG_FLAG:
+            out.append(arg)
+        elif eq:
+            path = Path(inline)
+        elif args:
+            path = Path(args.pop(0))
+        else:
+            raise ConfigError(f"{CONFIG_FLAG} needs a YAML file")
+    return out, path
+
+
+def override_value(value: Any) -> str:
+    """``value`` in Hydra's override grammar (strings quoted, so any text stays a string)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot use a {type(value).__name__} as a setting")
+
+
+def _leaves(node: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out += _leaves(value, f"{path}.")
+        else:
+            out.append((path, value))
+    return out
+
+
+def yaml_settings(path: Path) -> list[Setting]:
+    """The YAML's settings, checked against the config it composes to (an unknown key is a
+    ``ConfigError`` naming it)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{CONFIG_FLAG} {path}: cannot read it as YAML ({type(exc).__name__})") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise ConfigError(f"{CONFIG_FLAG} {path}: the top level must be a mapping of settings")
+    choices = [Setting(k, str(v), str(path)) for k, v in data.items() if k in GROUP_KEYS and isinstance(v, str)]
+    values = {k: v for k, v in data.items() if not (k in GROUP_KEYS and isinstance(v, str))}
+    base = _defaults([c.override for c in choices])
+    missing = object()
+    settings = list(choices)
+    for key, value in _leaves(values, ""):
+        if key == "hydra" or key.startswith("hydra."):
+            raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: Hydra's own settings cannot be set here")
+        if OmegaConf.select(base, key, default=missing) is missing:
+            raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: not a setting")
+        settings.append(Setting(key, override_value(value), str(path)))
+    return settings
+
+
+def env_settings(environ: Mapping[str, str]) -> list[Setting]:
+    return [Setting(key, environ[name], name) for name, key in ENV_SETTINGS.items() if environ.get(name, "") != ""]
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def layered(cli: Sequence[str], config_file: Path | None, environ: Mapping[str, str]) -> list[Setting]:
+    """The YAML's and the environment's settings that no command-line override sets, the
+    environment's winning over the YAML's."""
+    chosen: dict[str, Setting] = {}
+    for s in [*(yaml_settings(config_file) if config_file is not None else []), *env_settings(environ)]:
+        chosen[s.key] = s
+    on_cli = {_key(o) for o in cli}
+    return [s for key, s in chosen.items() if key not in on_cli]
+
+
+def layered_overrides(cli: Sequence[str], config_file: Path | None, environ: Mapping[str, str]) -> list[str]:
+    """The Hydra overrides for ``forge serve``: the layered settings, then the command line's."""
+    return [*(s.override for s in layered(cli, config_file, environ)), *cli]
+
+
+def announce(settings: Sequence[Setting]) -> str:
+    """The startup line naming each setting the YAML or the environment gave, and its source."""
+    return "forge serve: " + ", ".join(s.shown() for s in settings) if settings else ""
+
+
+def _defaults(choices: Sequence[str]) -> DictConfig:
+    """The config the YAML's option choices compose to, unvalidated (a setting the command line
+    still has to give is no reason to refuse the YAML)."""
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(choices))
