@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP front end: ``python run.py mode=serve``.
 
-Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), GET /v1/models,
+Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), POST /v1/embeddings
+(``forge.server.embeddings``), GET /v1/models,
 GET /health, GET /metrics, POST /tokenize, POST /detokenize. Every request is validated by
 ``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error shape); the engine
 runs on its own thread (``AsyncEngine``)."""
@@ -22,9 +23,11 @@ from omegaconf import DictConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from forge.core.pooling import PoolingParams
 from forge.engine.engine import Engine
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
+from forge.server.embeddings import embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.generation import (
     ChoiceSpec,
@@ -393,8 +396,10 @@ def build_app(
     settings: ServerSettings,
     structured: StructuredBackend | None = None,
     model_name: str = "forge",
+    pooling: PoolingParams | None = None,
 ) -> FastAPI:
-    """The app over an engine it takes ownership of (started and stopped by the app's lifespan)."""
+    """The app over an engine it takes ownership of (started and stopped by the app's lifespan).
+    ``pooling``: how ``/v1/embeddings`` pools (None: mean, L2-normalised)."""
     name = settings.served_model_name or model_name
     metrics = ServerMetrics(name)
     metrics.ensure_labels()
@@ -436,6 +441,7 @@ def build_app(
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(AccessGuard, state=state)
     install_error_handlers(app)
+    app.include_router(embeddings_router(embedding_service(state, engine, limits, pooling or PoolingParams())))
 
     def get(path: str, response_class: type[Response] = JSONResponse) -> Callable[[Endpoint], Endpoint]:
         """A GET route that also answers HEAD (the schema lists the GET only, and a 405's
@@ -527,7 +533,7 @@ def model_choice_name(cfg: DictConfig) -> str:
 
 def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
     from forge.config import validate
-    from forge.engine.build import build_engine
+    from forge.engine.build import build_engine, default_pooling
 
     validate(cfg)
     settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()
@@ -537,7 +543,7 @@ def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[Fas
     structured = None
     if cfg.get("structured") is not None:
         structured = instantiate(cfg.structured)(tokenizer=engine.tokenizer)
-    app = build_app(engine, settings, structured, model_name or model_choice_name(cfg))
+    app = build_app(engine, settings, structured, model_name or model_choice_name(cfg), default_pooling(cfg))
     return app, settings
 
 
