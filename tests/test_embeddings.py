@@ -144,3 +144,16 @@ def test_simulated_embeddings_are_deterministic_functions_of_the_tokens() -> Non
 def test_a_bad_pooling_setting_fails_before_the_model_loads() -> None:
     with pytest.raises(ConfigError, match="embedding.pooling must be one of mean, last"):
         build_engine(compose_config(["model=smollm2", "embedding.pooling=max"]))
+
+
+@pytest.mark.slow
+def test_backend_cuda_embeddings_equal_backend_torch() -> None:
+    """backend=cuda on the CUDA CPU execution layer (no GPU here): a step with embedding requests runs
+    the model eagerly (no graph replay), in 16-token chunks; float32, so within 1e-5 of torch's."""
+    prompts: list[str | list[int]] = ["Hello, forge", [256, 72, 105], "a somewhat longer prompt about kernels"]
+    model = ["model=tiny", "model.dtype=float32", "engine.max_num_batched_tokens=16"]
+    params = PoolingParams("mean", normalize=False)
+    want = LLM(*model, "backend=torch").embed(prompts, params)
+    got = LLM(*model, "backend=cuda", "backend.device=cpu", "backend.runtime=cpu").embed(prompts, params)
+    for g, w in zip(got, want, strict=True):
+        assert torch.allclose(torch.tensor(g), torch.tensor(w), atol=1e-5, rtol=0)
