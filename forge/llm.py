@@ -153,7 +153,9 @@ class LLM:
                 request.arrival_time = now
                 self.engine.add_request(request)
             with tqdm(total=len(requests), disable=not use_tqdm, unit="req", desc="forge") as bar:
-                while len(embeddings) < len(requests) and self.engine.has_unfinished():
+                while len(embeddings) < len(requests):
+                    if not self.engine.has_unfinished():
+                        raise RuntimeError("the engine finished without every embedding")
                     for out in self.engine.step():
                         if out.embedding is not None:
                             embeddings[out.request_id] = out.embedding

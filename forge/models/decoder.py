@@ -156,6 +156,10 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
     ``attention_output`` (after the output projection, before the residual add),
     ``gated_activation`` (fused gate|up -> MLP hidden), ``mlp_output`` (after the down projection)
     and ``final_logits`` (float32 logits -> logits). They must not keep state between calls.
+
+    ``forward`` is ``trunk`` (the layers) then ``logits`` (final norm + LM head) of the batch's
+    ``logits_indices``; ``forward_hidden`` also returns the final-normed rows embeddings pool
+    (``forge.models.base.HiddenStateModel``), so every family gives hidden states the same way.
     """
 
     def __init__(
