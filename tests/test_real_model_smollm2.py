@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from forge.config import compose_config
+from forge.core.pooling import PoolingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine
 from forge.models.fetch import smollm2_path
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_loader import config_from_gguf, load_gguf, state_dict_from_gguf
@@ -151,13 +156,9 @@ def test_int8_weights_stay_close(gguf_path: str, model: Llama) -> None:
 def test_embeddings_match_transformers_hidden_state_pooling(model: Llama, hf: tuple[Any, Any]) -> None:
     """Issue 18: the engine's mean- and last-token-pooled, L2-normalised embeddings (in 16-token chunks,
     beside each other in one batch) against transformers' final hidden states of the same GGUF."""
-    from forge.config import compose_config
-    from forge.core.pooling import PoolingParams
-    from forge.core.request import Request
-    from forge.core.sampling_params import SamplingParams
-    from forge.engine.build import build_engine
-
-    engine = build_engine(compose_config(["model=smollm2", "engine.max_num_batched_tokens=16"]), model=model)
+    engine = build_engine(
+        compose_config(["model=smollm2", "engine.max_num_batched_tokens=16", "kvcache.num_blocks=64"]), model=model
+    )
     prompts = [model.tokenizer.encode(p) for p in PROMPTS]
     kinds = ("mean", "last")
     requests = [

@@ -103,3 +103,9 @@ def test_own_dimensions_and_the_longest_input_are_accepted(server: BackgroundSer
         server.url + "/v1/embeddings", json={"model": "tiny", "input": "x" * (MAX_LEN - 1), "dimensions": 64}
     )
     assert r.status_code == 200 and r.json()["usage"] == {"prompt_tokens": MAX_LEN, "total_tokens": MAX_LEN}
+
+
+def test_text_that_is_not_valid_unicode_is_a_400(server: BackgroundServer) -> None:
+    body = b'{"model": "tiny", "input": ["a", "\\ud800"]}'  # a lone surrogate, escaped as JSON allows
+    r = httpx.post(server.url + "/v1/embeddings", content=body, headers={"content-type": "application/json"})
+    assert error_of(r, 400)["param"] == "input.1"
