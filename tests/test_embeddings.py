@@ -76,6 +76,8 @@ def test_tiny_embeddings_equal_a_dense_torch_computation(llm: LLM) -> None:
     for params, want in cases.items():
         (got,) = llm.embed([PROMPT], params)
         assert torch.allclose(torch.tensor(got, dtype=torch.float64), want, atol=1e-10, rtol=0), params
+    (on_cpu_backend,) = LLM("model=tiny", "backend=cpu").embed([PROMPT], PoolingParams("mean", normalize=False))
+    assert torch.allclose(torch.tensor(on_cpu_backend, dtype=torch.float64), mean, atol=1e-10, rtol=0)
     text = llm.embed("Hello, embeddings")  # the configured default: mean, L2-normalised
     ids = llm.tokenizer.encode("Hello, embeddings")
     want = dense_final_hidden(ids).mean(0)
