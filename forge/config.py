@@ -65,6 +65,7 @@ class ForgeConfig:
     drafter: Any = None
     structured: Any = None
     server: Any = None
+    embedding: Any = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     mode: str = "offline"
@@ -218,7 +219,7 @@ def _check_tensor_parallel(cfg: DictConfig, size: int) -> None:
 
 def validate(cfg: DictConfig) -> None:
     _check_schema_keys(cfg)
-    for group in (*GROUPS, "drafter", "structured", "server"):
+    for group in (*GROUPS, "drafter", "structured", "server", "embedding"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)

@@ -1,4 +1,4 @@
-"""Offline use as a library, the way vLLM users do it: ``generate``, ``chat`` and ``stream``.
+"""Offline use as a library, the way vLLM users do it: ``generate``, ``chat``, ``stream`` and ``embed``.
 
 Text-level options of ``SamplingParams`` are applied here, where tokens become text: ``stop``
 strings end an output and are never part of its text (its ``token_ids`` keep every generated token,
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forge.config import compose_config
+from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
-from forge.engine.build import build_engine, default_sampling
+from forge.engine.build import build_engine, default_pooling, default_sampling
 from forge.engine.engine import Engine
 from forge.sched.fork import sibling_ids
 
@@ -129,6 +130,54 @@ class LLM:
             text = self.tokenizer.apply_chat_template([dict(m) for m in conversation], add_generation_prompt)
             prompts.append(self.tokenizer.encode(text, add_special_tokens=not has_template))
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def embed(
+        self, prompts: Prompts, pooling: PoolingParams | None = None, use_tqdm: bool = False
+    ) -> list[list[float]]:
+        """One embedding per prompt, in order, as a plain list of floats (the model's hidden size):
+        the prompt's final hidden states (after the final norm) pooled as ``pooling`` says (default:
+        the ``embedding`` config group, mean-pooled and L2-normalised). Each prompt runs through the
+        engine as a prompt-only request that samples nothing. A prompt is a string or token ids."""
+        params = pooling if pooling is not None else default_pooling(self.config)
+        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
+        batch: list[Any] = [prompts] if single else list(prompts)
+        requests = [
+            Request(
+                f"llm-{next(self._ids)}",
+                self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p],
+                SamplingParams(max_tokens=1),
+                pooling_params=params,
+            )
+            for p in batch
+        ]
+        for request in requests:  # every one checked before any reaches the engine
+            refusal = self.engine.scheduler.refusal(request)
+            if refusal is not None:
+                raise ValueError(refusal)
+        from tqdm import tqdm
+
+        embeddings: dict[str, list[float]] = {}
+        now = self.engine.clock.now()
+        try:
+            for request in requests:
+                request.arrival_time = now
+                self.engine.add_request(request)
+            with tqdm(total=len(requests), disable=not use_tqdm, unit="req", desc="forge") as bar:
+                while len(embeddings) < len(requests):
+                    if not self.engine.has_unfinished():
+                        raise RuntimeError("the engine finished without every embedding")
+                    for out in self.engine.step():
+                        if out.embedding is not None:
+                            embeddings[out.request_id] = out.embedding
+                            bar.update(1)
+                        elif out.error is not None:
+                            raise RuntimeError(out.error)
+        finally:
+            for request in requests:
+                if request.request_id not in embeddings:
+                    self.engine.abort(request.request_id)
+        self.engine.check_idle()
+        return [embeddings[r.request_id] for r in requests]
 
     # -- requests ------------------------------------------------------------------------------
     def _requests(

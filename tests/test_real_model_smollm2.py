@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from forge.config import compose_config
+from forge.core.pooling import PoolingParams
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine
 from forge.models.fetch import smollm2_path
 from forge.models.gguf_file import GGUFFile
 from forge.models.gguf_loader import config_from_gguf, load_gguf, state_dict_from_gguf
@@ -146,3 +151,25 @@ def test_int8_weights_stay_close(gguf_path: str, model: Llama) -> None:
     exact, approx = prefill_logits(model, ids), prefill_logits(fast, ids)
     agreement = (exact.argmax(-1) == approx.argmax(-1)).float().mean().item()
     assert agreement >= 0.8  # measured 0.89: approximate by design (fast_weights docstring)
+
+
+def test_embeddings_match_transformers_hidden_state_pooling(model: Llama, hf: tuple[Any, Any]) -> None:
+    """Issue 18: the engine's mean- and last-token-pooled, L2-normalised embeddings (in 16-token chunks,
+    beside each other in one batch) against transformers' final hidden states of the same GGUF."""
+    engine = build_engine(
+        compose_config(["model=smollm2", "engine.max_num_batched_tokens=16", "kvcache.num_blocks=64"]), model=model
+    )
+    prompts = [model.tokenizer.encode(p) for p in PROMPTS]
+    kinds = ("mean", "last")
+    requests = [
+        Request(f"{kind}-{i}", ids, SamplingParams(max_tokens=1), pooling_params=PoolingParams(kind))
+        for kind in kinds
+        for i, ids in enumerate(prompts)
+    ]
+    finals = engine.run(requests)
+    for i, ids in enumerate(prompts):
+        with torch.no_grad():
+            hidden = hf[1].model(torch.tensor([ids])).last_hidden_state[0].double()
+        for kind, vector in (("mean", hidden.mean(0)), ("last", hidden[-1])):
+            ours = torch.tensor(finals[f"{kind}-{i}"].embedding, dtype=torch.float64)
+            torch.testing.assert_close(ours, vector / vector.norm(), rtol=0, atol=1e-4)

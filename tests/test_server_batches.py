@@ -246,3 +246,15 @@ def test_a_batch_survives_a_killed_server_process(tmp_path: Path) -> None:
         assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
         outputs = jsonl(client.files.content(done.output_file_id or "").text)
         assert sorted(o["custom_id"] for o in outputs) == sorted(prompts)
+
+
+def test_an_embeddings_batch_answers_as_the_route(client: openai.OpenAI) -> None:
+    lines = [request_line(f"e{i}", {"model": "tiny", "input": text}, "/v1/embeddings") for i, text in enumerate("ab")]
+    upload = client.files.create(file=("e.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
+    batch = wait_for(client, batch.id)
+    assert batch.status == "completed" and batch.output_file_id is not None
+    outputs = jsonl(client.files.content(batch.output_file_id).text)
+    for out, text in zip(outputs, "ab", strict=True):
+        direct = client.embeddings.create(model="tiny", input=text, encoding_format="float")
+        assert out["response"]["body"]["data"][0]["embedding"] == direct.data[0].embedding

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from forge.core.pooling import PooledChunk
     from forge.core.request import Request
 
 
@@ -102,13 +103,15 @@ class ModelOutput:
     ``failed``: requests whose sampling (or constraint, or verification) failed this step, with
     the reason; they have no tokens here and the engine finishes them with that error.
     ``prompt_logprobs``: per request with prompt-logprob rows this step, one entry per row (the
-    chunk's ``num_prompt_logprob_rows``), in position order."""
+    chunk's ``num_prompt_logprob_rows``), in position order.
+    ``pooled``: per embedding request scheduled this step, its chunk's pooled hidden states."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     decode_token_ids: list[int] | None = None
     failed: dict[str, str] = field(default_factory=dict)
+    pooled: dict[str, PooledChunk] = field(default_factory=dict)
 
     def decode_tokens(self, decodes: DecodeRows) -> list[int]:
         """The token of each of ``decodes``' rows, in their order, whichever way they came (-1 for a
@@ -138,6 +141,8 @@ class RequestOutput:
     # on the request's first output when sampling_params.prompt_logprobs is set: per prompt token,
     # {token id: logprob} of it and the top-k given the tokens before it (None for the first token)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # an embedding request's (``Request.pooling_params``) pooled prompt, on its final output
+    embedding: list[float] | None = None
 
 
 def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:

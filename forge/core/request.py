@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from forge.core.pooling import PooledPrefix, PoolingParams
 from forge.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ class Request:
     There are no prefill or decode phases: the request has ``num_tokens`` known tokens
     (prompt + output, plus any draft tokens) of which ``num_computed_tokens`` are in the
     KV cache. Each step the scheduler schedules (part of) the gap.
+
+    With ``pooling_params`` set it is an embedding request (``forge.core.pooling``): it computes its
+    prompt, samples nothing (``sampling_params`` is unused) and finishes with the pooled embedding;
+    ``pooled`` is the pool of its prompt positions computed so far.
     """
 
     request_id: str
@@ -62,6 +67,8 @@ class Request:
     constraint: TokenConstraint | None = None
     # filled while the prompt is computed when sampling_params.prompt_logprobs is set (see RequestOutput)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    pooling_params: PoolingParams | None = None
+    pooled: PooledPrefix | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

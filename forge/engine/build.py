@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from forge.config import ConfigError, max_model_len_for
+from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
@@ -87,6 +88,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     """The engine ``cfg`` describes. ``model``: an already loaded model to reuse instead of
     ``cfg.model`` (it must live on the backend's device); models hold no per-request state."""
     backend: KernelBackend = make("backend", cfg.backend)
+    default_pooling(cfg)  # a bad embedding setting fails before the model loads
     if cfg.engine.tensor_parallel_size > 1:
         from forge.engine.tensor_parallel import torchrun_env, worker_main
 
@@ -160,6 +162,13 @@ def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Dra
 
 def default_sampling(cfg: DictConfig) -> SamplingParams:
     params: SamplingParams = make("sampling", cfg.sampling)
+    return params
+
+
+def default_pooling(cfg: DictConfig) -> PoolingParams:
+    """How embedding requests pool (the ``embedding`` group; mean, L2-normalised without one)."""
+    node = cfg.get("embedding")
+    params: PoolingParams = make("embedding", node) if node is not None else PoolingParams()
     return params
 
 

@@ -69,6 +69,11 @@ class Engine:
         return self.runner.model.tokenizer
 
     def add_request(self, request: Request) -> None:
+        """Queue ``request`` (and its ``n - 1`` forks); ValueError if it can never run here (too long,
+        or an embedding request on a model that gives no hidden states)."""
+        if request.pooling_params is not None and self.runner.hidden_model is None:
+            name = type(self.runner.model).__name__
+            raise ValueError(f"request {request.request_id}: {name} gives no hidden states, so no embeddings")
         children = fan_out(request)  # n > 1: siblings that fork onto this request's prompt KV
         for r in (request, *children):
             if r.request_id in self.requests:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
 
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.core.request import Request
+from forge.engine.pooling import PoolingRows
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
 from forge.kernels.batch import build_forward_batch
-from forge.models.base import Model
+from forge.models.base import HiddenStateModel, Model
 from forge.sampling.sampler import SampleRow, SamplingError, request_seed, sample_each, top_logprobs
 from forge.spec.verify import verify_request
 
@@ -47,6 +49,8 @@ class ModelRunner:
         self.backend = backend
         self.block_size = block_size
         self.seed = seed
+        # what embedding requests need (``Engine.add_request`` refuses them without it)
+        self.hidden_model: HiddenStateModel | None = model if isinstance(model, HiddenStateModel) else None
         spec = kv_spec or model.kv_spec
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(spec, num_blocks, block_size)
         # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs).
@@ -69,12 +73,23 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
-        """Run the batch; sample one token per sampling request, or verify its drafts.
+        """Run the batch; sample one token per sampling request, or verify its drafts; pool the
+        final hidden states of embedding requests' chunks (``ModelOutput.pooled``).
 
         A request whose constraint, sampling or verification raises is reported in
         ``ModelOutput.failed`` and the others' tokens are unaffected; an exception from the model
         step itself (or the KV copies) propagates: the step produced nothing."""
-        return self.sample(sched, self.forward_logits(sched))
+        pooling = PoolingRows.of(sched)
+        if pooling is None:
+            return self.sample(sched, self.forward_logits(sched))
+        # embedding requests in the step: the model's final hidden states of their rows too (eagerly)
+        if self.hidden_model is None:
+            raise TypeError(f"{type(self.model).__name__} gives no hidden states: it cannot serve embeddings")
+        self.apply_block_ops(sched)
+        batch = build_forward_batch(sched, self.block_size, self.backend.device)
+        rows = torch.tensor(pooling.rows, dtype=torch.long, device=self.backend.device)
+        logits, hidden = self.hidden_model.forward_hidden(batch, self.kv_caches, self.backend, rows)
+        return dataclasses.replace(self.sample(sched, logits), pooled=pooling.pooled(hidden))
 
     @torch.inference_mode()
     def forward_logits(self, sched: SchedulerOutput) -> torch.Tensor:

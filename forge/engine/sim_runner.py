@@ -45,8 +45,12 @@ class SimulationRunner(ModelRunner):
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
-        if not self.host or any(s.num_prompt_logprob_rows for s in sched.chunks):
-            return super().execute(sched)  # prompt logprobs need logits at prompt positions: the tensor path
+        if (
+            not self.host
+            or any(s.num_prompt_logprob_rows for s in sched.chunks)
+            or any(r.pooling_params is not None for r in sched.chunk_requests)
+        ):  # prompt logprobs and embeddings need logits or hidden states at prompt positions: the tensor path
+            return super().execute(sched)
         self.apply_block_ops(sched)
         logits = self.host_model.forward_host(sched, self.block_size, self.kv_caches)
         greedy = _greedy(sched, logits)

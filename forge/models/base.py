@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -103,3 +103,17 @@ class Model(ABC):
 
     @abstractmethod
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class HiddenStateModel(Protocol):
+    """A model that also gives its final hidden states (after the final norm), what embedding
+    requests pool (``forge.core.pooling``).
+
+    ``forward_hidden(batch, kv_caches, backend, rows)`` does what ``forward`` does (writes the
+    batch's KV, returns the same logits) and also returns the final hidden states of the flat
+    batch's ``rows`` (``[len(rows), hidden]``, in the model's dtype)."""
+
+    def forward_hidden(
+        self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...

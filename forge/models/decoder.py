@@ -184,6 +184,10 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
     ``attention_output`` (after the output projection, before the residual add),
     ``gated_activation`` (fused gate|up -> MLP hidden), ``mlp_output`` (after the down projection)
     and ``final_logits`` (float32 logits -> logits). They must not keep state between calls.
+
+    ``forward`` is ``trunk`` (the layers) then ``logits`` (final norm + LM head) of the batch's
+    ``logits_indices``; ``forward_hidden`` also returns the final-normed rows embeddings pool
+    (``forge.models.base.HiddenStateModel``), so every family gives hidden states the same way.
     """
 
     def __init__(
@@ -303,7 +307,11 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
             layer, self.row_parallel(backend, self.gated_activation(gate_up, backend), layer.w_down), backend
         )
 
-    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
+    def trunk(
+        self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer over the batch (writing its K/V): the last layer's output and the residual
+        stream before it, ``[T, hidden]`` each; the final norm adds and normalises them per row."""
         eps = self.config.rms_norm_eps
         h = self.embed_tokens(batch.input_ids)
         residual: torch.Tensor | None = None
@@ -317,6 +325,31 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
             x, residual = backend.add_rms_norm(h, residual, layer.mlp_norm, eps)
             h = self.mlp(layer, x, backend)
         assert residual is not None
-        rows = batch.logits_indices
-        x, _ = backend.add_rms_norm(h.index_select(0, rows), residual.index_select(0, rows), self.norm, eps)
+        return h, residual
+
+    def final_hidden(
+        self, h: torch.Tensor, residual: torch.Tensor, rows: torch.Tensor, backend: KernelBackend
+    ) -> torch.Tensor:
+        """The final hidden states (after the final norm) of ``rows`` of the batch, from ``trunk``'s output."""
+        x, _ = backend.add_rms_norm(
+            h.index_select(0, rows), residual.index_select(0, rows), self.norm, self.config.rms_norm_eps
+        )
+        return x
+
+    def logits(
+        self, h: torch.Tensor, residual: torch.Tensor, rows: torch.Tensor, backend: KernelBackend
+    ) -> torch.Tensor:
+        """Float32 logits of ``rows`` of the batch, from ``trunk``'s output."""
+        x = self.final_hidden(h, residual, rows, backend)
         return self.final_logits(self.lm_head_logits(backend, x).float())
+
+    def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
+        h, residual = self.trunk(batch, kv_caches, backend)
+        return self.logits(h, residual, batch.logits_indices, backend)
+
+    def forward_hidden(
+        self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward``'s logits and the final hidden states of ``rows`` (``HiddenStateModel``)."""
+        h, residual = self.trunk(batch, kv_caches, backend)
+        return self.logits(h, residual, batch.logits_indices, backend), self.final_hidden(h, residual, rows, backend)

@@ -17,6 +17,7 @@ from forge.models.presets import model_dims
 from forge.tokenizers.base import ByteTokenizer
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
+_PHI = 0.6180339887498949  # the golden ratio's fraction: stand-in hidden states' frequency step
 
 
 class SyntheticModel(Model):
@@ -103,6 +104,18 @@ class SyntheticModel(Model):
             j += n
             tokens.append(self.next_token(ctx, pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, device).dense()
+
+    def forward_hidden(
+        self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward``'s logits and, for ``rows``, stand-in hidden states derived from the tokens alone
+        (``forge.models.base.HiddenStateModel``): row r holds ``cos((id + 1) * k * PHI)`` for
+        k = 1 .. ``dims.hidden_size``, id its token. Deterministic and distinct per token, so a
+        simulated embedding is a function of the prompt's tokens (not of their order when mean-pooled)."""
+        logits = self.forward(batch, kv_caches, backend)
+        ids = batch.input_ids.index_select(0, rows).to(torch.float64) + 1.0
+        k = torch.arange(1, self.dims.hidden_size + 1, dtype=torch.float64, device=ids.device)
+        return logits, torch.cos(torch.outer(ids, k * _PHI)).float()
 
     def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
         """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
+from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
 from forge.kvcache.base import KVCacheManager
 from forge.policies.base import Policy, PolicyContext
@@ -58,13 +59,23 @@ class Scheduler:
                 child.status = RequestStatus.WAITING
 
     def refusal(self, request: Request) -> str | None:
-        """Why ``add_request`` would refuse ``request`` (it can never run under these limits), or None."""
-        if request.num_tokens + 1 > self.limits.max_model_len:
+        """Why ``add_request`` would refuse ``request`` (it can never run under these limits), or None.
+        An embedding request (``pooling_params``) generates nothing: its prompt may fill ``max_model_len``."""
+        pooling = request.pooling_params is not None
+        if pooling and request.num_tokens > self.limits.max_model_len:
+            return (
+                f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens is longer than "
+                f"engine.max_model_len={self.limits.max_model_len}"
+            )
+        if not pooling and request.num_tokens + 1 > self.limits.max_model_len:
             return (
                 f"request {request.request_id}: prompt of {request.num_prompt_tokens} tokens leaves no room "
                 f"to generate within engine.max_model_len={self.limits.max_model_len}"
             )
-        need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
+        if pooling and (request.output_token_ids or request.sampling_params.n > 1):
+            return f"request {request.request_id}: an embedding request has one prompt, no output and n = 1"
+        generated = 0 if pooling else request.sampling_params.max_tokens
+        need = min(request.num_prompt_tokens + generated, self.limits.max_model_len)
         capacity = self.kv.num_blocks * self.kv.block_size
         if need > capacity:
             return (
@@ -214,8 +225,9 @@ class Scheduler:
             request = self.waiting.peek()
             if request is None:
                 break
-            if request.num_computed_tokens == 0 and request.sampling_params.prompt_logprobs is None:
-                # a request asking for prompt logprobs computes its whole prompt: no prefix-cache hit
+            if request.num_computed_tokens == 0 and not _computes_whole_prompt(request):
+                # a request asking for prompt logprobs or an embedding computes its whole prompt: no
+                # prefix-cache hit (the cached positions' logits or hidden states would be missing)
                 request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
             gap = request.num_tokens_with_spec - request.num_computed_tokens
             if gap > budget and not self.limits.enable_chunked_prefill:
@@ -256,7 +268,7 @@ class Scheduler:
             n,
             request.token_ids(start, end),
             self.kv.block_table(request.request_id),
-            end == known + len(request.spec_token_ids),
+            end == known + len(request.spec_token_ids) and request.pooling_params is None,
             end - known if end > known else 0,
             prompt_rows,
         )
@@ -331,6 +343,11 @@ class Scheduler:
             request.num_computed_tokens += s.num_tokens
             if s.num_prompt_logprob_rows and s.request_id in out.prompt_logprobs:
                 _record_prompt_logprobs(request, s.start, out.prompt_logprobs[s.request_id])
+            if request.pooling_params is not None:
+                if _pool(request, out):
+                    finished.append(request)
+                    outputs.append(_embedding_output(request))
+                continue
             if not s.sample:
                 continue
             rid, num_before = s.request_id, len(request.output_token_ids)
@@ -425,3 +442,33 @@ def _record_prompt_logprobs(request: Request, start: int, rows: list[dict[int, f
         request.prompt_logprobs = [None]  # the first prompt token has no logprob
     have = len(request.prompt_logprobs)
     request.prompt_logprobs.extend(rows[max(have - (start + 1), 0) :])
+
+
+def _computes_whole_prompt(request: Request) -> bool:
+    """Whether ``request`` needs every prompt position computed (so takes no prefix-cache hit)."""
+    return request.sampling_params.prompt_logprobs is not None or request.pooling_params is not None
+
+
+def _pool(request: Request, out: ModelOutput) -> bool:
+    """Add the step's pooled chunk to an embedding request's pool; True when its whole prompt is in
+    (it then finishes: ``FINISHED_STOPPED``)."""
+    request.pooled = PooledPrefix.extend(request.pooled, out.pooled[request.request_id])
+    if request.num_computed_tokens < request.num_prompt_tokens:
+        return False
+    request.status = RequestStatus.FINISHED_STOPPED
+    return True
+
+
+def _embedding_output(request: Request) -> RequestOutput:
+    """The final output of an embedding request whose whole prompt is pooled."""
+    assert request.pooled is not None and request.pooling_params is not None
+    return RequestOutput(
+        request.request_id,
+        request.prompt_token_ids,
+        [],
+        [],
+        True,
+        request.status.value,
+        num_cached_tokens=request.num_cached_tokens,
+        embedding=request.pooled.embedding(request.pooling_params),
+    )

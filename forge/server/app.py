@@ -1,14 +1,15 @@
 """The OpenAI-compatible HTTP front end: ``python run.py mode=serve``.
 
-Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), GET /v1/models,
-GET /health, GET /metrics, POST /tokenize, POST /detokenize; /v1/files and /v1/batches
-(``files``, ``batches``), POST /generate (``generate``), POST /shutdown (``admin``). Every request
-is validated by ``RequestBuilder`` before anything reaches the engine (4xx in OpenAI's error
-shape); the engine runs on its own thread (``AsyncEngine``)."""
+Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), POST /v1/embeddings
+(``embeddings``), GET /v1/models, GET /health, GET /metrics, POST /tokenize, POST /detokenize;
+/v1/files and /v1/batches (``files``, ``batches``), POST /generate (``generate``), POST /shutdown
+(``admin``). Every request is validated by ``RequestBuilder`` before anything reaches the engine (4xx
+in OpenAI's error shape); the engine runs on its own thread (``AsyncEngine``)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,12 +25,14 @@ from omegaconf import DictConfig
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from forge.core.pooling import PoolingParams
 from forge.engine.engine import Engine
 from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
 from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router
 from forge.server.generate import generate_router
@@ -50,6 +53,7 @@ from forge.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    EmbeddingRequest,
     StreamOptions,
     TokenizeRequest,
 )
@@ -405,8 +409,10 @@ def build_app(
     settings: ServerSettings,
     structured: StructuredBackend | None = None,
     model_name: str = "forge",
+    pooling: PoolingParams | None = None,
 ) -> FastAPI:
-    """The app over an engine it takes ownership of (started and stopped by the app's lifespan)."""
+    """The app over an engine it takes ownership of (started and stopped by the app's lifespan).
+    ``pooling``: how ``/v1/embeddings`` pools (None: mean, L2-normalised)."""
     name = settings.served_model_name or model_name
     metrics = ServerMetrics(name)
     metrics.ensure_labels()
@@ -429,10 +435,15 @@ def build_app(
         model_name=name,
         max_model_len=limits.max_model_len,
     )
+    embedder = embedding_service(state, engine, limits, pooling or PoolingParams())
+    batch_ids = itertools.count()
     state.handlers.update(
         {
             "/v1/completions": json_handler(CompletionRequest, lambda body: _completions(state, body)),
             "/v1/chat/completions": json_handler(ChatCompletionRequest, lambda body: _chat(state, body)),
+            "/v1/embeddings": json_handler(
+                EmbeddingRequest, lambda body: create_embeddings(embedder, body, f"embd-batch-{next(batch_ids)}")
+            ),
         }
     )
     files = FileStore(settings.state_path() / "files")
@@ -467,6 +478,7 @@ def build_app(
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.add_middleware(AccessGuard, state=state)
     install_error_handlers(app)
+    app.include_router(embeddings_router(embedder))
 
     def get(path: str, response_class: type[Response] = JSONResponse) -> Callable[[Endpoint], Endpoint]:
         """A GET route that also answers HEAD (the schema lists the GET only, and a 405's
@@ -562,7 +574,7 @@ def model_choice_name(cfg: DictConfig) -> str:
 
 def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
     from forge.config import validate
-    from forge.engine.build import build_engine
+    from forge.engine.build import build_engine, default_pooling
 
     validate(cfg)
     settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()
@@ -572,7 +584,7 @@ def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[Fas
     structured = None
     if cfg.get("structured") is not None:
         structured = instantiate(cfg.structured)(tokenizer=engine.tokenizer)
-    app = build_app(engine, settings, structured, model_name or model_choice_name(cfg))
+    app = build_app(engine, settings, structured, model_name or model_choice_name(cfg), default_pooling(cfg))
     return app, settings
 
 

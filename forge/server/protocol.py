@@ -53,6 +53,14 @@ class APIError(Exception):
 HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
 
 
+def refuse_unknown_fields(body: BaseModel) -> None:
+    """A 400 naming the first field ``body`` does not declare, unless it is one of HARMLESS_FIELDS."""
+    unknown = sorted(set(body.model_extra or {}) - HARMLESS_FIELDS)
+    if unknown:
+        shown = unknown[0][:64]
+        raise APIError(f"unsupported field {shown!r}", param=shown, code="unsupported_field")
+
+
 class Strict(BaseModel):
     """A request part: strict types ("5" is not an int) and unknown fields refused."""
 
@@ -138,10 +146,7 @@ class SamplingFields(BaseModel):
     def check_known_fields(self) -> None:
         """Undeclared fields are refused (a field accepted and ignored would change what the
         client gets without telling it), except OpenAI's bookkeeping ones (HARMLESS_FIELDS)."""
-        unknown = sorted(set(self.model_extra or {}) - HARMLESS_FIELDS)
-        if unknown:
-            shown = unknown[0][:64]
-            raise APIError(f"unsupported field {shown!r}", param=shown, code="unsupported_field")
+        refuse_unknown_fields(self)
 
     @field_validator("temperature")
     @classmethod
@@ -262,3 +267,22 @@ class GenerateRequest(Strict):
 
     prompt: str
     max_tokens: int = Field(default=32, ge=1, le=INT64_MAX)
+
+
+class EmbeddingRequest(BaseModel):
+    """OpenAI's embeddings body: ``input`` a string, strings, token ids or lists of token ids;
+    ``encoding_format`` ``float`` or ``base64`` (little-endian float32); ``dimensions`` only as the
+    model's own size (its output is not Matryoshka-trained, so truncation is refused)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str
+    input: str | list[str] | list[TokenId] | list[list[TokenId]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    user: str | None = None
+    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)  # vLLM's extension, as in completions
+
+    def check_known_fields(self) -> None:
+        """As ``SamplingFields.check_known_fields``."""
+        refuse_unknown_fields(self)

@@ -50,8 +50,9 @@ class Drafter(ABC):
 def draft_limit(request: Request, max_model_len: int) -> int:
     """Most draft tokens ``request`` may carry this step: 0 unless it is decoding (everything
     but its last token computed, no drafts yet, no token constraint); drafts plus the bonus
-    token never exceed ``max_tokens``, and draft positions stay below ``max_model_len``."""
-    if request.spec_token_ids or request.constraint is not None:
+    token never exceed ``max_tokens``, and draft positions stay below ``max_model_len``. An
+    embedding request (``pooling_params``) samples nothing, so it never drafts."""
+    if request.spec_token_ids or request.constraint is not None or request.pooling_params is not None:
         return 0
     if request.num_computed_tokens != request.num_tokens - 1:
         return 0
