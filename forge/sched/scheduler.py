@@ -65,7 +65,7 @@ class Scheduler:
                 f"to generate within engine.max_model_len={self.limits.max_model_len}"
             )
         need = min(request.num_prompt_tokens + request.sampling_params.max_tokens, self.limits.max_model_len)
-        capacity = self.kv.num_blocks * self.kv.block_size
+        capacity = self.kv.token_capacity(self.limits.max_num_batched_tokens)
         if need > capacity:
             return (
                 f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
@@ -171,7 +171,8 @@ class Scheduler:
             if request.status is not running or request.request_id in swapped_in:
                 continue
             if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
-                step.add_decode(request, self.kv.block_table(request.request_id))
+                rid = request.request_id
+                step.add_decode(request, self.kv.block_table(rid), self.kv.group_tables(rid))
                 budget -= 1
                 continue
             known = request.num_tokens
@@ -259,6 +260,7 @@ class Scheduler:
             end == known + len(request.spec_token_ids),
             end - known if end > known else 0,
             prompt_rows,
+            self.kv.group_tables(request.request_id),
         )
 
     @staticmethod
