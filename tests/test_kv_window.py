@@ -141,8 +141,28 @@ def test_the_native_backends_read_each_groups_pages(backend: str) -> None:
         "engine.max_num_batched_tokens=16",
         "kvcache.num_blocks=36",
     )
-    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     kept = _engine(model, "kvcache.free_outside_window=false", *common)
     freed = _engine(model, *common)
     assert isinstance(freed.scheduler.kv, HybridKVCache)
-    assert _run(freed, PROMPTS, params) == _run(kept, PROMPTS, params)
+    assert _run(freed, PROMPTS[1:3], params) == _run(kept, PROMPTS[1:3], params)
+
+
+def test_auto_sized_pool_has_the_same_memory_and_holds_longer_requests(model: Model) -> None:
+    """``kvcache.num_blocks=auto`` from 1 MiB: as many pages (2 layers each) as that memory holds, not
+    classic blocks (6 layers each); one request may then grow longer (the 2 full layers hold every
+    block, the 4 windowed ones a bounded ring), and the KV-usage metric of the same run is lower."""
+    common = ("kvcache.num_blocks=auto", "engine.kv_cache_memory_gib=0.0009765625", "engine.max_num_batched_tokens=16")
+    kept = _engine(model, "kvcache.free_outside_window=false", *common)
+    freed = _engine(model, *common)
+    per_block = 2 * 6 * 2 * 16 * 8 * 4  # K and V, 6 layers, 2 KV heads of 16, float64, 4 tokens
+    assert kept.scheduler.kv.num_blocks == 2**20 // per_block
+    assert freed.scheduler.kv.num_blocks == kept.scheduler.kv.num_blocks * 6 // 2
+    ring = -(-(10 - 1 + 16) // 4) + 1  # a windowed group's blocks: its window and a 16-token chunk
+    assert kept.scheduler.kv.token_capacity(16) == 4 * kept.scheduler.kv.num_blocks
+    assert freed.scheduler.kv.token_capacity(16) == 4 * (freed.scheduler.kv.num_blocks - 2 * ring)  # 2.8x
+    prompts = [_prompt(7, 60)]
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    assert _run(freed, prompts, params) == _run(kept, prompts, params)
+    peak = [e.recorder.steps_frame()["kv_usage"].max() for e in (kept, freed)]
+    assert peak[1] < peak[0] / 2

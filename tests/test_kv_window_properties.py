@@ -29,12 +29,12 @@ def check_hybrid(kv: HybridKVCache, sched: Scheduler, budget: int) -> None:
     bs = kv.block_size
     for r in sched.running:
         c = r.num_computed_tokens
-        for window, pages in zip(kv.windows, kv.group_pages(r.request_id), strict=True):
+        for window, table in zip(kv.windows, kv.group_pages(r.request_id), strict=True):
             first = 0 if window is None else max(0, c - window + 1) // bs
-            assert len(pages) * bs >= c
-            assert all(p is not None for p in pages[first : -(-c // bs)]), "a page the next query reads was freed"
+            assert len(table) * bs >= c
+            assert all(p is not None for p in table[first : -(-c // bs)]), "a page the next query reads was freed"
             if window is not None:
-                held = sum(p is not None for p in pages)
+                held = sum(p is not None for p in table)
                 assert held <= -(-(window - 1 + budget) // bs) + 1, "a windowed group holds pages outside its window"
     assert kv.num_held() == len(set(kv.holders()) | set(kv.swapped_holders()))
 
@@ -90,7 +90,7 @@ CASE = dict(
 )
 
 
-@settings(SETTINGS, max_examples=100)
+@settings(SETTINGS, max_examples=60)
 @given(**CASE)
 def test_hybrid_cache_invariants(
     ops: list[AddOp | StepOp | AbortOp],

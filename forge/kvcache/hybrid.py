@@ -10,6 +10,7 @@ from forge.core.request import Request
 from forge.kvcache.base import BlockOps, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import Block, BlockPool
 from forge.kvcache.paged import chain_hash
+from forge.kvcache.window_prefix import first_needed_block, group_key, longest_hit
 
 MAX_CAPACITY = 2**40  # token_capacity's answer when only windowed groups (whose pages are bounded) exist
 
@@ -98,14 +99,9 @@ class HybridKVCache(KVCacheManager):
 
     def _first_needed(self, group: int, position: int) -> int:
         """The first block a query at ``position`` reads in ``group`` (0 for full attention)."""
-        window = self.windows[group]
-        return 0 if window is None else max(0, position - window + 1) // self.block_size
+        return first_needed_block(self.windows[group], position, self.block_size)
 
     # -- prefix caching ------------------------------------------------------------------
-    @staticmethod
-    def _key(group: int, block_hash: int) -> int:
-        return block_hash if group == 0 else hash((group, block_hash))
-
     def _block_hashes(self, request: Request, num_tokens: int) -> list[int]:
         hashes = self._hashes.setdefault(request.request_id, [])
         bs = self.block_size
@@ -118,37 +114,11 @@ class HybridKVCache(KVCacheManager):
                 hashes.append(parent)
         return hashes
 
-    def _group_hit(self, group: int, hashes: list[int], limit: int) -> int:
-        """The most blocks ``m <= limit`` of a prefix whose pages ``group`` needs are all cached."""
-        lookup, key = self.pool.lookup, self._key
-        if self.windows[group] is None:
-            m = 0
-            while m < limit and lookup(key(group, hashes[m])) is not None:
-                m += 1
-            return m
-        m = limit
-        while m > 0:
-            first = self._first_needed(group, m * self.block_size)
-            i = m - 1
-            while i >= first and lookup(key(group, hashes[i])) is not None:
-                i -= 1
-            if i < first:
-                return m
-            m = i  # block i is missing: only prefixes that end before it can hit
-        return 0
-
     def _prefix_hit(self, request: Request) -> tuple[list[int], int]:
-        """The request's block hashes and how many blocks of them every group can hit (leaving at
-        least one token to compute)."""
+        """The request's block hashes and how many of them every group can hit (leaving at least one
+        token to compute)."""
         hashes = self._block_hashes(request, request.num_tokens - 1)
-        n = len(hashes)
-        while True:
-            m = n
-            for group in range(len(self.windows)):
-                m = self._group_hit(group, hashes, m)
-            if m == n:
-                return hashes, n
-            n = m
+        return hashes, longest_hit(self.pool, self.windows, self.block_size, hashes)
 
     def cached_prefix_len(self, request: Request) -> int:
         if not self.enable_prefix_caching:
@@ -165,7 +135,7 @@ class HybridKVCache(KVCacheManager):
             first = self._first_needed(g, n * self.block_size)
             blocks: list[Block | None] = [None] * first
             for i in range(first, n):
-                block = self.pool.lookup(self._key(g, hashes[i]))
+                block = self.pool.lookup(group_key(g, hashes[i]))
                 assert block is not None
                 self._acquire(block)
                 blocks.append(block)
@@ -188,7 +158,7 @@ class HybridKVCache(KVCacheManager):
             for i in range(pages.offered[g], m):
                 block = blocks[i]
                 if block is not None:
-                    self.pool.cache(block, self._key(g, hashes[i]))
+                    self.pool.cache(block, group_key(g, hashes[i]))
             pages.offered[g] = m
 
     # -- allocation ----------------------------------------------------------------------
