@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,9 @@ def window_rows(
 ) -> list[dict[str, Any]]:
     """One row per ``kvcache.free_outside_window`` (false, then true) for one greedy request of
     ``context`` prompt tokens and ``new_tokens`` new ones under ``overrides`` (``model`` reused when
-    given): the pool's pages and bytes per page, the most pages (and MiB) the request held, the
-    longest request the pool could hold (``token_capacity``), and whether its tokens equal the
-    first row's."""
+    given): the pool's pages and bytes per page, the most pages (and MiB) the request held after a
+    step and those it held after its last unfinished step, the longest request the pool could hold
+    (``token_capacity``), its tokens and whether they equal the first row's."""
     rows: list[dict[str, Any]] = []
     for free in (False, True):
         cfg = compose_config([*overrides, f"kvcache.free_outside_window={str(free).lower()}"])
@@ -57,14 +56,14 @@ def window_rows(
         params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
         engine.add_request(Request("long", ids, params, arrival_time=0.0))
         kv = engine.scheduler.kv
-        peak, tokens = 0, []
-        cpu0 = time.process_time()
+        peak, held, tokens = 0, 0, []
         for _ in range(context + new_tokens + 1):  # at least one token per step
             for out in engine.step():
                 tokens = list(out.token_ids)
-            peak = max(peak, kv.num_blocks - kv.num_free_blocks())
             if not engine.has_unfinished():
                 break
+            held = kv.num_blocks - kv.num_free_blocks()  # after a step it did not finish in
+            peak = max(peak, held)
         engine.check_idle()
         page_bytes = sum(t[0].numel() * t.element_size() for pair in engine.runner.kv_pages for t in pair)
         groups = kv.kv_groups
@@ -78,14 +77,19 @@ def window_rows(
                 "page_kib": page_bytes / 1024,
                 "peak_pages_held": peak,
                 "peak_kv_mib": peak * page_bytes / 2**20,
+                "last_pages_held": held,
+                "last_kv_mib": held * page_bytes / 2**20,
                 "token_capacity": kv.token_capacity(cfg.engine.max_num_batched_tokens),
-                "cpu_s": time.process_time() - cpu0,
                 "tokens": tokens,
             }
         )
     for row in rows:
         row["same_tokens_as_off"] = row["tokens"] == rows[0]["tokens"]
     return rows
+
+
+def fmt_load(load: tuple[float, float, float]) -> str:
+    return ", ".join(f"{x:.1f}" for x in load)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,18 +108,20 @@ def main(argv: list[str] | None = None) -> None:
     prov = provenance()
     command = "python -m experiments.window_memory " + " ".join(argv if argv is not None else sys.argv[1:])
     cols = ["free_outside_window", "layout", "pool_pages", "page_kib", "peak_pages_held", "peak_kv_mib"]
-    cols += ["token_capacity", "same_tokens_as_off", "cpu_s"]
+    cols += ["last_pages_held", "last_kv_mib", "token_capacity", "same_tokens_as_off"]
     lines = [
         "# Sliding-window block freeing: KV held by one long request",
         "",
         f"One greedy request of {args.context} prompt tokens and {args.new_tokens} new tokens, "
-        f"`{' '.join(overrides)}`, with `kvcache.free_outside_window` false and true (single runs: the "
-        "pages are counts, not timings; `cpu_s` is one run's CPU time, for orientation only).",
+        f"`{' '.join(overrides)}`, with `kvcache.free_outside_window` false and true (one run each: pages "
+        "are counts, not timings). `peak`: the most pages held after a step (during the prefill's 512-token "
+        "chunks), `last`: after the last step before it finished (decoding); `token_capacity`: the longest "
+        "request this pool could hold (`KVCacheManager.token_capacity`, chunks of 512).",
         "",
         f"- command: `{command}`",
         f"- commit: `{prov['commit']}`",
         f"- machine: {prov['machine']}; generated {prov['date']}",
-        f"- load average before / after: {load_before} / {os.getloadavg()}",
+        f"- load average (1, 5, 15 min) before / after: {fmt_load(load_before)} / {fmt_load(os.getloadavg())}",
         "",
         "| " + " | ".join(cols) + " |",
         "|" + "---|" * len(cols),

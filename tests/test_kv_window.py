@@ -166,3 +166,18 @@ def test_auto_sized_pool_has_the_same_memory_and_holds_longer_requests(model: Mo
     assert _run(freed, prompts, params) == _run(kept, prompts, params)
     peak = [e.recorder.steps_frame()["kv_usage"].max() for e in (kept, freed)]
     assert peak[1] < peak[0] / 2
+
+
+def test_window_memory_rows_compare_freeing_on_and_off(model: Model) -> None:
+    """``experiments.window_memory.window_rows`` (the on/off rows of the KV memory study) on the toy model."""
+    from experiments.window_memory import window_rows
+
+    overrides = ["model=tiny", "kvcache.block_size=4", "kvcache.num_blocks=64", "engine.max_num_batched_tokens=16"]
+    off, on = window_rows(overrides, context=40, new_tokens=4, model=model)
+    assert on["same_tokens_as_off"] and len(on["tokens"]) == 4
+    assert (off["last_pages_held"], off["page_kib"]) == (11, 6 * 4 * 2 * 2 * 16 * 8 / 1024)  # 44 tokens, 6 layers
+    # the last decode computes position 42 (43 tokens): the full group holds blocks 0..10, each of the
+    # two windowed groups (window 10) blocks 8..10, from position 42 - 10 + 1 = 33
+    assert on["last_pages_held"] == 11 + 2 * 3
+    assert on["page_kib"] == off["page_kib"] / 3  # a page holds 2 of the 6 layers
+    assert on["last_kv_mib"] == pytest.approx(17 / 33 * off["last_kv_mib"])  # 17 pages of a third against 11 blocks

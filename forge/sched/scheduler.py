@@ -41,6 +41,7 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
+        self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -172,7 +173,10 @@ class Scheduler:
                 continue
             if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
                 rid = request.request_id
-                step.add_decode(request, self.kv.block_table(rid), self.kv.group_tables(rid))
+                if self._grouped:  # the hybrid allocator: the other KV cache groups' tables too
+                    step.add_decode(request, self.kv.block_table(rid), self.kv.group_tables(rid))
+                else:
+                    step.add_decode(request, self.kv.block_table(rid))
                 budget -= 1
                 continue
             known = request.num_tokens
@@ -260,7 +264,7 @@ class Scheduler:
             end == known + len(request.spec_token_ids),
             end - known if end > known else 0,
             prompt_rows,
-            self.kv.group_tables(request.request_id),
+            self.kv.group_tables(request.request_id) if self._grouped else (),
         )
 
     @staticmethod
