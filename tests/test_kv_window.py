@@ -165,7 +165,7 @@ def test_auto_sized_pool_has_the_same_memory_and_holds_longer_requests(model: Mo
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     assert _run(freed, prompts, params) == _run(kept, prompts, params)
     peak = [e.recorder.steps_frame()["kv_usage"].max() for e in (kept, freed)]
-    assert peak[1] < peak[0] / 2
+    assert peak[1] < 0.6 * peak[0]  # 17 + 2 x 5 of 255 pages against 17 of 85 blocks
 
 
 def test_window_memory_rows_compare_freeing_on_and_off(model: Model) -> None:
