@@ -221,3 +221,55 @@ def test_engine_greedy_matches_single_sequence_on_both_backends(model: Gemma3) -
         finals = engine.run(requests)
         for i, want in enumerate(expected):
             assert list(finals[f"r{i}"].token_ids) == want, (backend, i)
+
+
+def _engine_greedy(model: Gemma3, prompts: list[list[int]], free: bool, *overrides: str) -> tuple[list[list[int]], int]:
+    """Greedy 40-token continuations through the engine (``kvcache.free_outside_window=free``) and the
+    most KV memory held (in classic blocks' bytes: pages x layers per page / layers)."""
+    from forge.config import compose_config
+    from forge.core.request import Request
+    from forge.core.sampling_params import SamplingParams
+    from forge.engine.build import build_engine
+
+    cfg = compose_config(
+        ["model=gemma3", "model.max_position=1024", f"kvcache.free_outside_window={str(free).lower()}", *overrides]
+    )
+    engine = build_engine(cfg, model=model)
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    for i, ids in enumerate(prompts):
+        engine.add_request(Request(f"r{i}", ids, params, arrival_time=0.0))
+    kv, finals, peak = engine.scheduler.kv, {}, 0
+    for _ in range(2000):
+        finals.update({o.request_id: list(o.token_ids) for o in engine.step() if o.finished})
+        peak = max(peak, kv.num_blocks - kv.num_free_blocks())
+        if not engine.has_unfinished():
+            break
+    engine.check_idle()
+    per_page = kv.kv_groups.layers_per_page if kv.kv_groups is not None else model.config.num_layers
+    return [finals[f"r{i}"] for i in range(len(prompts))], peak * per_page
+
+
+def test_window_freeing_keeps_the_greedy_tokens_past_the_window(model: Gemma3) -> None:
+    """A 560-token prompt (past the local layers' 512-token window) and 40 greedy tokens: freeing the
+    blocks outside the window gives the tokens of keeping them, holding less KV."""
+    ids = model.tokenizer.encode(LONG_TEXT * 2)[:560]
+    kept, kept_held = _engine_greedy(model, [ids], False, "engine.max_num_batched_tokens=256")
+    freed, freed_held = _engine_greedy(model, [ids], True, "engine.max_num_batched_tokens=256")
+    assert freed == kept
+    assert freed_held < kept_held
+
+
+@pytest.mark.slow
+def test_window_freeing_keeps_the_greedy_tokens_with_batches_and_prefix_caching(model: Gemma3) -> None:
+    """Three prompts of 560 to 940 tokens sharing a 520-token prefix, batched, chunked, prefix-cached,
+    on backend=torch and backend=cpu: the same tokens with and without window freeing."""
+    from forge.kernels.cpu import native
+
+    base = model.tokenizer.encode(LONG_TEXT * 3)
+    prompts = [base[:520] + base[1000 : 1000 + n] for n in (40, 200, 420)]
+    backends = ["torch", "cpu"] if native.available() else ["torch"]
+    for backend in backends:
+        common = (f"backend={backend}", "engine.max_num_batched_tokens=192", "kvcache.enable_prefix_caching=true")
+        kept, _ = _engine_greedy(model, prompts, False, *common)
+        freed, _ = _engine_greedy(model, prompts, True, *common)
+        assert freed == kept, backend

@@ -19,7 +19,9 @@ class ScheduledRequest:
     new token is sampled after it. ``num_draft_tokens`` of the scheduled tokens are
     speculative drafts to be verified. ``num_prompt_logprob_rows``: the first that many scheduled
     positions (from ``start``) each predict a prompt token whose logprob the request asked for
-    (``SamplingParams.prompt_logprobs``): position p gives prompt token p + 1's.
+    (``SamplingParams.prompt_logprobs``): position p gives prompt token p + 1's. ``block_table`` is the
+    table of the KV cache's first group, ``group_tables`` those of the others (``forge.core.kv_groups``;
+    empty with one group).
     """
 
     request_id: str
@@ -30,6 +32,7 @@ class ScheduledRequest:
     sample: bool
     num_draft_tokens: int = 0
     num_prompt_logprob_rows: int = 0
+    group_tables: tuple[list[int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -37,25 +40,30 @@ class DecodeRows:
     """Plain decodes, column-wise (as vLLM's ``CachedRequestData``): row i computes one token,
     ``token_ids[i]`` (its request's last output token), at position ``starts[i]`` through
     ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives.
-    ``requests[i]``: the row's request (filled by the scheduler; empty for rows built elsewhere)."""
+    ``requests[i]``: the row's request (filled by the scheduler; empty for rows built elsewhere).
+    ``group_tables[i]``: its other KV cache groups' tables (empty when the cache has one group)."""
 
     request_ids: list[str] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     block_tables: list[list[int]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
+    group_tables: list[tuple[list[int], ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.request_ids)
 
     def rows(self) -> list[ScheduledRequest]:
         """The same rows as ``ScheduledRequest`` objects."""
-        return [
+        rows = [
             ScheduledRequest(rid, start, 1, [token], table, True)
             for rid, start, token, table in zip(
                 self.request_ids, self.starts, self.token_ids, self.block_tables, strict=True
             )
         ]
+        for row, groups in zip(rows, self.group_tables, strict=False):
+            row.group_tables = groups
+        return rows
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from forge.config import ConfigError, max_model_len_for
+from forge.core.kv_groups import KVCacheGroups, group_layers
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
@@ -37,11 +38,18 @@ def make(group: str, node: Any, **kwargs: Any) -> Any:
 
 
 def auto_num_blocks(
-    cfg: DictConfig, spec: KVSpec, block_size: int, clock: Clock, max_model_len: int, model: Model
+    cfg: DictConfig,
+    spec: KVSpec,
+    block_size: int,
+    clock: Clock,
+    max_model_len: int,
+    model: Model,
+    groups: KVCacheGroups | None = None,
 ) -> int:
     """Blocks that fit the KV memory budget: the simulated hardware's memory left after the
     simulated weights, else ``engine.kv_cache_memory_gib`` of the real KV layout; never more
-    than every sequence at full length needs."""
+    than every sequence at full length needs. With hybrid KV cache ``groups``: pages of that
+    layout (the same memory), never more than every sequence holds with its windows freed."""
     if isinstance(clock, SimulatedClock):
         dims = clock.model_dims
         per_token = 2 * dims.num_layers * dims.num_kv_heads * dims.head_dim * dims.bytes_per_param
@@ -51,6 +59,10 @@ def auto_num_blocks(
         budget = cfg.engine.kv_cache_memory_gib * 2**30
     by_memory = int(budget // (per_token * block_size))
     by_demand = cfg.engine.max_num_seqs * -(-max_model_len // block_size)
+    if groups is not None:
+        by_memory = groups.pages_for(by_memory)
+        chunk = cfg.engine.max_num_batched_tokens
+        by_demand = cfg.engine.max_num_seqs * groups.pages_held(max_model_len, block_size, chunk)
     n = min(by_memory, by_demand)
     if n < 1:
         raise ConfigError("no memory left for the KV cache: lower the model size or set kvcache.num_blocks")
@@ -74,14 +86,26 @@ def build_kvcache(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, 
     if not isinstance(block_size, int) or block_size < 1:
         raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
     num_blocks = kv_cfg.pop("num_blocks", "auto")
+    extra: dict[str, Any] = {}
+    groups = None
+    if "free_outside_window" in kv_cfg:  # kvcache=paged: the hybrid allocator for windowed layers
+        grouped = group_layers(model.layer_windows())
+        groups = grouped if kv_cfg["free_outside_window"] and grouped.is_hybrid else None
+        extra["groups"] = groups
     if num_blocks == "auto":
-        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model)
+        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model, groups)
+    elif groups is not None:  # kvcache.num_blocks counts blocks of every layer: as many pages of that memory
+        num_blocks = groups.pages_for(num_blocks)
     if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
         kv_cfg["max_model_len"] = max_model_len
     if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
         kv_cfg["num_cpu_blocks"] = num_blocks if cfg.engine.preemption_mode == "swap" else 0
-    kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
-    return kv
+    if not extra:
+        kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
+        return kv
+    # (Hydra would turn a dataclass argument into a DictConfig: pass the groups to the partial)
+    built: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks, _partial_=True)(**extra)
+    return built
 
 
 def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
@@ -121,7 +145,14 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
 
         setup = WorkerSetup(
-            kv.num_blocks, kv.block_size, kv.num_cpu_blocks, limits.max_num_seqs, max_model_len, kv_spec.dtype, cfg.seed
+            kv.num_blocks,
+            kv.block_size,
+            kv.num_cpu_blocks,
+            limits.max_num_seqs,
+            max_model_len,
+            kv_spec.dtype,
+            cfg.seed,
+            kv.kv_groups,
         )
         runner = TensorParallelRunner(model, backend, cfg, setup, kv_spec)
     else:
@@ -137,6 +168,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             max_num_seqs=limits.max_num_seqs,
             max_model_len=max_model_len,
             kv_spec=kv_spec,
+            kv_groups=kv.kv_groups,
         )
     drafter = build_drafter(cfg, backend, model)
     return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)

@@ -7,6 +7,7 @@ import logging
 
 import torch
 
+from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.core.request import Request
 from forge.engine.pooling import PoolingRows
@@ -43,8 +44,11 @@ class ModelRunner:
         max_num_seqs: int = 256,
         max_model_len: int = 4096,
         kv_spec: KVSpec | None = None,
+        kv_groups: KVCacheGroups | None = None,
     ) -> None:
-        """``kv_spec``: the KV layout to allocate (the model's own when None)."""
+        """``kv_spec``: the KV layout to allocate (the model's own when None). ``kv_groups``: how the
+        layers share the pool's pages (``forge.core.kv_groups``; None: one page holds every layer):
+        ``num_blocks`` pages of ``layers_per_page`` K/V tensors, layer l on tensor ``layer_slot[l]``."""
         self.model = model
         self.backend = backend
         self.block_size = block_size
@@ -52,21 +56,32 @@ class ModelRunner:
         # what embedding requests need (``Engine.add_request`` refuses them without it)
         self.hidden_model: HiddenStateModel | None = model if isinstance(model, HiddenStateModel) else None
         spec = kv_spec or model.kv_spec
-        self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(spec, num_blocks, block_size)
-        # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs).
-        self.forward = backend.model_forward(model, self.kv_caches, max_num_seqs, -(-max_model_len // block_size))
+        self.kv_groups = kv_groups if kv_groups is not None and kv_groups.is_hybrid else None
+        page = spec if self.kv_groups is None else dataclasses.replace(spec, num_layers=self.kv_groups.layers_per_page)
+        # The pool's tensors (one K/V pair per layer of a page) and each layer's view of them.
+        self.kv_pages: list[KVLayer] = backend.allocate_kv_cache(page, num_blocks, block_size)
+        self.kv_caches: list[KVLayer] = (
+            self.kv_pages if self.kv_groups is None else [self.kv_pages[s] for s in self.kv_groups.layer_slot]
+        )
+        # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs); several
+        # groups' tables run eagerly (a captured graph holds one table per row).
+        if self.kv_groups is None or self.kv_groups.num_groups == 1:
+            max_blocks = -(-max_model_len // block_size)
+            self.forward = backend.model_forward(model, self.kv_caches, max_num_seqs, max_blocks)
+        else:
+            self.forward = lambda batch: model.forward(batch, self.kv_caches, backend)
         # The swap space: the same layout in host memory.
         shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.cpu_kv_caches: list[KVLayer] = [
             (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
-            for _ in range(spec.num_layers if num_cpu_blocks else 0)
+            for _ in range(page.num_layers if num_cpu_blocks else 0)
         ]
 
     def apply_block_ops(self, sched: SchedulerOutput) -> None:
         """The step's KV copies, before its forward: swap-out, copy-on-write, swap-in."""
-        self.backend.copy_blocks(self.kv_caches, self.cpu_kv_caches, sched.swap_out)
-        self.backend.copy_blocks(self.kv_caches, self.kv_caches, sched.copy_blocks)
-        self.backend.copy_blocks(self.cpu_kv_caches, self.kv_caches, sched.swap_in)
+        self.backend.copy_blocks(self.kv_pages, self.cpu_kv_caches, sched.swap_out)
+        self.backend.copy_blocks(self.kv_pages, self.kv_pages, sched.copy_blocks)
+        self.backend.copy_blocks(self.cpu_kv_caches, self.kv_pages, sched.swap_in)
 
     def request_seed(self, request: Request) -> int:
         return request_seed(request.sampling_params.seed, self.seed, request.request_id)
@@ -86,7 +101,7 @@ class ModelRunner:
         if self.hidden_model is None:
             raise TypeError(f"{type(self.model).__name__} gives no hidden states: it cannot serve embeddings")
         self.apply_block_ops(sched)
-        batch = build_forward_batch(sched, self.block_size, self.backend.device)
+        batch = build_forward_batch(sched, self.block_size, self.backend.device, self.kv_groups)
         rows = torch.tensor(pooling.rows, dtype=torch.long, device=self.backend.device)
         logits, hidden = self.hidden_model.forward_hidden(batch, self.kv_caches, self.backend, rows)
         return dataclasses.replace(self.sample(sched, logits), pooled=pooling.pooled(hidden))
@@ -95,7 +110,7 @@ class ModelRunner:
     def forward_logits(self, sched: SchedulerOutput) -> torch.Tensor:
         """The step's KV copies and forward: the logits of the batch's ``logits_indices`` rows."""
         self.apply_block_ops(sched)
-        return self.forward(build_forward_batch(sched, self.block_size, self.backend.device))
+        return self.forward(build_forward_batch(sched, self.block_size, self.backend.device, self.kv_groups))
 
     def close(self) -> None:
         """Release what outlives the runner's memory (other processes); nothing for one process."""

@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from forge.config import ConfigError
+from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.engine.engine import EngineDeadError
 from forge.engine.runner import ModelRunner
@@ -49,6 +50,7 @@ class WorkerSetup:
     max_model_len: int
     kv_dtype: torch.dtype
     seed: int
+    kv_groups: KVCacheGroups | None = None
 
 
 def torchrun_env() -> tuple[int, int, str, int] | None:
@@ -145,6 +147,7 @@ class TensorParallelRunner(ModelRunner):
             max_num_seqs=setup.max_num_seqs,
             max_model_len=setup.max_model_len,
             kv_spec=dataclasses.replace(shard.kv_spec, dtype=kv_spec.dtype),
+            kv_groups=setup.kv_groups,
         )
 
     def worker_status(self) -> str:
@@ -209,6 +212,7 @@ def worker_main(container: dict[str, Any], rank: int, world: int, address: str, 
         max_num_seqs=setup.max_num_seqs,
         max_model_len=setup.max_model_len,
         kv_spec=dataclasses.replace(shard.kv_spec, dtype=setup.kv_dtype),
+        kv_groups=setup.kv_groups,
     )
     while (sched := group.broadcast()) is not None:
         runner.forward_logits(sched)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from forge.core.kv_groups import KVCacheGroups
 from forge.core.request import Request
 
 
@@ -71,11 +72,17 @@ class KVCacheManager(ABC):
       all-or-nothing; False if the GPU pool cannot. The request keeps its computed tokens.
     - ``take_block_ops()``: the tensor copies (swap, copy-on-write) decided since the
       last call, for the runner; the scheduler calls it once per step.
+
+    KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
+    table and ``group_tables(request_id)`` the other groups' (empty with one group).
+    ``token_capacity(max_chunk)``: the most tokens one request can hold in the whole pool, computed
+    in chunks of at most ``max_chunk`` (``num_blocks * block_size`` unless windows free blocks).
     """
 
     num_blocks: int
     block_size: int
     num_cpu_blocks: int = 0
+    kv_groups: KVCacheGroups | None = None  # the tensors' layout the tables index (None: one page holds every layer)
 
     @abstractmethod
     def match_prefix(self, request: Request) -> int: ...
@@ -105,6 +112,12 @@ class KVCacheManager(ABC):
 
     def discard(self, request: Request) -> None:
         self.free(request)
+
+    def group_tables(self, request_id: str) -> tuple[list[int], ...]:
+        return ()
+
+    def token_capacity(self, max_chunk: int) -> int:
+        return self.num_blocks * self.block_size
 
     def num_held(self) -> int:
         """Requests currently holding blocks (the engine checks it drops to 0)."""

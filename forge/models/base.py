@@ -89,8 +89,10 @@ class OneHotLogits:
 class Model(ABC):
     """A causal LM over a paged KV cache.
 
-    ``forward`` writes the KV of every token in the batch to the cache (at
-    ``attn.slot_mapping``) and returns float32 logits ``[len(logits_indices), vocab]``.
+    ``forward`` writes the KV of every token in the batch to the cache (layer l at
+    ``batch.attn_for(l).slot_mapping``, reading through that metadata's block tables: a model with
+    windowed layers may have its layers' KV in several cache groups) and returns float32 logits
+    ``[len(logits_indices), vocab]``.
     It must not keep state between calls: everything it knows about a request is in the
     cache and the batch.
     """
@@ -103,6 +105,11 @@ class Model(ABC):
 
     @abstractmethod
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor: ...
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding attention window (None: full attention); the KV cache frees the blocks
+        that lie wholly before every windowed layer's window (``forge.core.kv_groups``)."""
+        return (None,) * self.kv_spec.num_layers
 
 
 @runtime_checkable

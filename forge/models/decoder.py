@@ -276,6 +276,9 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
     def attention_output(self, layer: LayerT, h: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
         return h
 
+    def layer_windows(self) -> tuple[int | None, ...]:
+        return tuple(self.attention_window(i, layer) for i, layer in enumerate(self.layers))
+
     def gated_activation(self, gate_up: torch.Tensor, backend: KernelBackend) -> torch.Tensor:
         return backend.silu_mul(gate_up)
 
@@ -296,9 +299,10 @@ class DecoderModel(Model, Generic[ConfigT, LayerT]):
         q, k, v = self.qkv(layer, x, backend).split((nq * d, nkv * d, nkv * d), dim=-1)
         q, k = self.qk_heads(layer, q.view(-1, nq, d), k.view(-1, nkv, d), backend)
         q, k = backend.rope(q, k, batch.positions, self.rope_table(index, layer))
-        backend.write_kv(kv, k, v.view(-1, nkv, d), batch.attn.slot_mapping)
+        meta = batch.attn_for(index)
+        backend.write_kv(kv, k, v.view(-1, nkv, d), meta.slot_mapping)
         window = self.attention_window(index, layer)
-        attn = backend.attention(q, kv, batch.attn, self.attention_scale, window=window)
+        attn = backend.attention(q, kv, meta, self.attention_scale, window=window)
         return self.attention_output(layer, self.row_parallel(backend, attn.reshape(-1, nq * d), layer.wo), backend)
 
     def mlp(self, layer: LayerT, x: torch.Tensor, backend: KernelBackend) -> torch.Tensor:

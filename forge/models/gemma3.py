@@ -17,9 +17,11 @@ transformers' ``Gemma3ForCausalLM``):
 - optional final logit soft-capping ``tanh(logits / cap) * cap``; tied embeddings by default.
 
 The linear weights have the skeleton's layout (``[in, out]``, QKV and gate/up fused), so every
-weight format applies; the KV cache holds every layer's full context (windowed layers read only its
-end; no memory is saved on them). ``GEMMA3`` tells the GGUF loader how ``gemma3`` files give its
-config and tensors.
+weight format applies. ``layer_windows`` (each local layer's window, None for the global ones) lets
+``kvcache=paged`` lay the cache out as vLLM's hybrid allocator does (``forge.core.kv_groups``): the
+global layers keep every block, the local layers free the blocks before their window
+(``kvcache.free_outside_window=false`` keeps every layer's full context). ``GEMMA3`` tells the GGUF
+loader how ``gemma3`` files give its config and tensors.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
+        self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -76,7 +77,7 @@ class Scheduler:
             return f"request {request.request_id}: an embedding request has one prompt, no output and n = 1"
         generated = 0 if pooling else request.sampling_params.max_tokens
         need = min(request.num_prompt_tokens + generated, self.limits.max_model_len)
-        capacity = self.kv.num_blocks * self.kv.block_size
+        capacity = self.kv.token_capacity(self.limits.max_num_batched_tokens)
         if need > capacity:
             return (
                 f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
@@ -182,7 +183,11 @@ class Scheduler:
             if request.status is not running or request.request_id in swapped_in:
                 continue
             if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
-                step.add_decode(request, self.kv.block_table(request.request_id))
+                rid = request.request_id
+                if self._grouped:  # the hybrid allocator: the other KV cache groups' tables too
+                    step.add_decode(request, self.kv.block_table(rid), self.kv.group_tables(rid))
+                else:
+                    step.add_decode(request, self.kv.block_table(rid))
                 budget -= 1
                 continue
             known = request.num_tokens
@@ -271,6 +276,7 @@ class Scheduler:
             end == known + len(request.spec_token_ids) and request.pooling_params is None,
             end - known if end > known else 0,
             prompt_rows,
+            self.kv.group_tables(request.request_id) if self._grouped else (),
         )
 
     @staticmethod

@@ -32,11 +32,13 @@ class StepRows:
         self.rows.append(row)
         self.requests.append(request)
 
-    def add_decode(self, request: Request, block_table: list[int]) -> None:
-        """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table``."""
+    def add_decode(self, request: Request, block_table: list[int], group_tables: tuple[list[int], ...] = ()) -> None:
+        """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table`` (and the
+        other KV cache groups' ``group_tables``, given for every decode or for none)."""
         rid, start, token = request.request_id, request.num_computed_tokens, request.output_token_ids[-1]
         if self.rows:  # after another row: keep the order
-            self.add_chunk(ScheduledRequest(rid, start, 1, [token], block_table, True), request)
+            row = ScheduledRequest(rid, start, 1, [token], block_table, True, group_tables=group_tables)
+            self.add_chunk(row, request)
             return
         d = self.decodes
         d.request_ids.append(rid)
@@ -44,3 +46,5 @@ class StepRows:
         d.token_ids.append(token)
         d.block_tables.append(block_table)
         d.requests.append(request)
+        if group_tables:
+            d.group_tables.append(group_tables)

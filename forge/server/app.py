@@ -419,7 +419,7 @@ def build_app(
     sched = engine.scheduler
     limits = EngineLimits(
         max_model_len=sched.limits.max_model_len,
-        kv_capacity_tokens=sched.kv.num_blocks * sched.kv.block_size,
+        kv_capacity_tokens=sched.kv.token_capacity(sched.limits.max_num_batched_tokens),
         vocab_size=engine.tokenizer.vocab_size,
     )
     compiler = CompilePool(structured) if structured is not None else None
