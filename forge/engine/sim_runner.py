@@ -43,14 +43,18 @@ class SimulationRunner(ModelRunner):
         self.host_model: HostModel = model
         self.host = True
 
-    @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
         if not self.host or any(s.num_prompt_logprob_rows for s in sched.chunks):
             return super().execute(sched)  # prompt logprobs need logits at prompt positions: the tensor path
-        self.apply_block_ops(sched)
+        if sched.swap_out or sched.copy_blocks or sched.swap_in:
+            with torch.inference_mode():
+                self.apply_block_ops(sched)
         logits = self.host_model.forward_host(sched, self.block_size, self.kv_caches)
         greedy = _greedy(sched, logits)
-        return greedy if greedy is not None else self.sample(sched, logits.dense())
+        if greedy is not None:  # the host path proper: no tensor, so no inference mode to enter
+            return greedy
+        with torch.inference_mode():
+            return self.sample(sched, logits.dense())
 
 
 def _greedy(sched: SchedulerOutput, logits: OneHotLogits) -> ModelOutput | None:

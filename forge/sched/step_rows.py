@@ -7,24 +7,26 @@ from forge.core.request import Request
 
 
 class StepRows:
-    """The step the scheduler is building: ``decodes``, its first rows (plain decodes, column-wise,
-    with their requests), then ``rows`` (every other row; a plain decode after any other row joins
-    these, keeping the order) and ``requests``, the request of each of ``rows``."""
+    """The step the scheduler is building: first the plain decodes, column-wise (``decode_requests``
+    and their ``decode_tables``; ``decodes()`` gives them as ``DecodeRows``), then ``rows`` (every
+    other row; a plain decode after any other row joins these, keeping the order) and ``requests``,
+    the request of each of ``rows``."""
 
-    __slots__ = ("decodes", "requests", "rows")
+    __slots__ = ("decode_requests", "decode_tables", "requests", "rows")
 
     def __init__(self) -> None:
-        self.decodes = DecodeRows()
+        self.decode_requests: list[Request] = []
+        self.decode_tables: list[list[int]] = []
         self.rows: list[ScheduledRequest] = []
         self.requests: list[Request] = []
 
     @property
     def is_empty(self) -> bool:
-        return not self.rows and not self.decodes
+        return not self.rows and not self.decode_requests
 
     def request_ids(self) -> set[str]:
         """The ids of the requests scheduled so far."""
-        ids = set(self.decodes.request_ids)
+        ids = {r.request_id for r in self.decode_requests}
         ids.update(s.request_id for s in self.rows)
         return ids
 
@@ -33,14 +35,24 @@ class StepRows:
         self.requests.append(request)
 
     def add_decode(self, request: Request, block_table: list[int]) -> None:
-        """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table``."""
-        rid, start, token = request.request_id, request.num_computed_tokens, request.output_token_ids[-1]
+        """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table``: a column-wise
+        row while no other row precedes it (the scheduler may append to ``decode_requests`` and
+        ``decode_tables`` itself then), else a ``ScheduledRequest``."""
         if self.rows:  # after another row: keep the order
-            self.add_chunk(ScheduledRequest(rid, start, 1, [token], block_table, True), request)
+            start = request.num_computed_tokens
+            row = ScheduledRequest(request.request_id, start, 1, [request.output_token_ids[-1]], block_table, True)
+            self.add_chunk(row, request)
             return
-        d = self.decodes
-        d.request_ids.append(rid)
-        d.starts.append(start)
-        d.token_ids.append(token)
-        d.block_tables.append(block_table)
-        d.requests.append(request)
+        self.decode_requests.append(request)
+        self.decode_tables.append(block_table)
+
+    def decodes(self) -> DecodeRows:
+        """The column-wise decodes, read from their requests (call before any of them changes)."""
+        requests = self.decode_requests
+        return DecodeRows(
+            [r.request_id for r in requests],
+            [r.num_computed_tokens for r in requests],
+            [r.output_token_ids[-1] for r in requests],
+            self.decode_tables,
+            requests,
+        )
