@@ -44,7 +44,7 @@ class SimulationRunner(ModelRunner):
         self.host = True
 
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
-        if not self.host or any(s.num_prompt_logprob_rows for s in sched.chunks):
+        if not self.host or (sched.chunks and any(s.num_prompt_logprob_rows for s in sched.chunks)):
             return super().execute(sched)  # prompt logprobs need logits at prompt positions: the tensor path
         if sched.swap_out or sched.copy_blocks or sched.swap_in:
             with torch.inference_mode():
