@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import numpy as np
 import pytest
@@ -15,16 +16,18 @@ import torch
 from forge.config import compose_config
 from forge.core.outputs import DecodeRows, ScheduledRequest, SchedulerOutput
 from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
 from forge.engine.sim_runner import SimulationRunner
 from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
-from forge.kvcache.base import KVUsage
+from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
 from forge.sim.clock import BatchShape, PredictedClock
+from forge.tokenizers.base import ByteTokenizer
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
 CASES = {
@@ -171,3 +174,50 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
         assert cost.step_time_of(sched) == expected == cost.step_time_of(as_chunks)
         decodes += sum(s.num_tokens == 1 and s.start >= prompt[s.request_id] for s in sched.scheduled)
     assert len(steps) > 50 and decodes > 500
+
+
+def test_random_prompt_tokens_are_the_token_by_token_draws() -> None:
+    """The byte tokenizer draws its prompt tokens in bulk yet gets exactly the tokens, and leaves the
+    generator exactly where, drawing 7 bits per try one try at a time, it would."""
+
+    def one_at_a_time(n: int, rng: random.Random) -> list[int]:
+        out: list[int] = []
+        while len(out) < n:
+            r = rng.getrandbits(7)
+            if r < 95:
+                out.append(32 + r)
+        return out
+
+    tokenizer = ByteTokenizer()
+    for seed in range(20):
+        bulk, single = random.Random(seed), random.Random(seed)
+        for n in (0, 1, 15, 16, 17, 100, 512):
+            assert tokenizer.random_token_ids(n, bulk) == one_at_a_time(n, single)
+            assert bulk.getstate() == single.getstate()
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_paged_decode_slot_is_allocate_slots_then_block_table(prefix_caching: bool) -> None:
+    """``PagedKVCache.decode_slot`` (no allocation call inside a block it holds alone) does what the
+    contract's definition does, across block boundaries, copy-on-write after a fork and a full pool."""
+    caches = [PagedKVCache(9, 4, enable_prefix_caching=prefix_caching) for _ in range(2)]
+    slots = [caches[0].decode_slot, lambda r: KVCacheManager.decode_slot(caches[1], r)]
+    parents = [Request("p", list(range(1, 7)), SamplingParams(max_tokens=64)) for _ in caches]
+    children = [Request("c", list(range(1, 7)), SamplingParams(max_tokens=64)) for _ in caches]
+    for kv, parent, child in zip(caches, parents, children, strict=True):
+        assert kv.allocate_slots(parent, 6, 6)
+        parent.num_computed_tokens = 6
+        assert kv.fork(parent, child, 5)
+        child.num_computed_tokens = 5
+        parent.output_token_ids.append(7)
+    results = []
+    for step in range(30):
+        for slot, kv, parent, child in zip(slots, caches, parents, children, strict=True):
+            got = [slot(r) for r in ((parent, child) if step else (parent,))]
+            results.append((got, kv.num_free_blocks(), kv.take_block_ops(), kv.holders()))
+            for r, table in zip((parent, child), got, strict=False):
+                if table is not None:
+                    r.num_computed_tokens += 1
+                    r.output_token_ids.append(40 + step % 3)
+        assert results[-1] == results[-2]
+    assert any(got[0] is None for got, *_ in results) and any(ops.copy_blocks for _, _, ops, _ in results)

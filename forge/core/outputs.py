@@ -66,7 +66,8 @@ class DecodeRows:
         return rows
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass
 class SchedulerOutput:
     """One step's rows: ``decodes`` (plain decodes, column-wise) first, then ``chunks``; ``scheduled``
     is every row in that order as ``ScheduledRequest`` objects (built on first use). Consumers that
@@ -96,14 +97,15 @@ class SchedulerOutput:
 
     @property
     def num_rows(self) -> int:
-        return len(self.decodes) + len(self.chunks)
+        return len(self.decodes.request_ids) + len(self.chunks)
 
     @property
     def is_empty(self) -> bool:
-        return not self.chunks and not self.decodes
+        return not self.chunks and not self.decodes.request_ids
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass
 class ModelOutput:
     """Per request: the accepted tokens this step (one, or several after speculation).
     ``decode_token_ids``, when given, are the tokens of the step's ``decodes`` rows, one each in

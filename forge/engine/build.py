@@ -209,16 +209,18 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
     workload: Workload = make("workload", cfg.workload)
     base = OmegaConf.to_container(cfg.sampling, resolve=True)
     assert isinstance(base, dict)
+    kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
+    kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
+    params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
     requests = []
     for spec in workload.requests(engine.tokenizer):
-        kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
-        kwargs["max_tokens"] = spec.output_len
-        kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
+        if spec.output_len not in params:
+            params[spec.output_len] = SamplingParams(**{**kwargs, "max_tokens": spec.output_len})
         requests.append(
             Request(
                 request_id=spec.request_id,
                 prompt_token_ids=spec.prompt_token_ids,
-                sampling_params=SamplingParams(**kwargs),
+                sampling_params=params[spec.output_len],
                 arrival_time=spec.arrival_time,
                 priority=spec.priority,
                 expected_output_len=spec.output_len,

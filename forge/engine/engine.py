@@ -204,8 +204,8 @@ class Engine:
         offset = self.clock.now()
         i = 0
         with tqdm(total=len(pending), disable=not progress, unit="req", desc="forge") as bar:
-            while i < len(pending) or self.has_unfinished():
-                if not self.has_unfinished() and i < len(pending):
+            while (unfinished := self.has_unfinished()) or i < len(pending):
+                if not unfinished:
                     self.clock.wait_until(offset + pending[i].arrival_time)
                 now = self.clock.now()
                 while i < len(pending) and offset + pending[i].arrival_time <= now:

@@ -43,18 +43,24 @@ class SimulationRunner(ModelRunner):
         self.host_model: HostModel = model
         self.host = True
 
-    @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> ModelOutput:
-        if (
-            not self.host
-            or any(s.num_prompt_logprob_rows for s in sched.chunks)
-            or any(r.pooling_params is not None for r in sched.chunk_requests)
+        if not self.host or (
+            sched.chunks
+            and (
+                any(s.num_prompt_logprob_rows for s in sched.chunks)
+                or any(r.pooling_params is not None for r in sched.chunk_requests)
+            )
         ):  # prompt logprobs and embeddings need logits or hidden states at prompt positions: the tensor path
             return super().execute(sched)
-        self.apply_block_ops(sched)
+        if sched.swap_out or sched.copy_blocks or sched.swap_in:
+            with torch.inference_mode():
+                self.apply_block_ops(sched)
         logits = self.host_model.forward_host(sched, self.block_size, self.kv_caches)
         greedy = _greedy(sched, logits)
-        return greedy if greedy is not None else self.sample(sched, logits.dense())
+        if greedy is not None:  # the host path proper: no tensor, so no inference mode to enter
+            return greedy
+        with torch.inference_mode():
+            return self.sample(sched, logits.dense())
 
 
 def _greedy(sched: SchedulerOutput, logits: OneHotLogits) -> ModelOutput | None:

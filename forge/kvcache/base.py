@@ -9,7 +9,8 @@ from forge.core.kv_groups import KVCacheGroups
 from forge.core.request import Request
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass
 class KVUsage:
     """Slot accounting at one instant (vLLM paper, Fig. 2 categories), in token slots.
 
@@ -31,7 +32,8 @@ class KVUsage:
         return 1.0 - self.free_slots / self.total_slots if self.total_slots else 0.0
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass
 class BlockOps:
     """KV tensor copies the runner must do before this step's forward, in this order:
     ``swap_out`` (GPU block -> CPU block), ``copy_blocks`` (GPU -> GPU, copy-on-write),
@@ -54,6 +56,9 @@ class KVCacheManager(ABC):
     - ``allocate_slots(req, num_tokens, num_cacheable)`` makes the table cover the first
       ``num_tokens`` positions, all-or-nothing; False if the pool cannot. The first
       ``num_cacheable`` tokens are final (no drafts) and may be shared by prefix caching.
+    - ``decode_slot(req)``: for a plain decode (``Request.is_decoding``: one uncomputed token, known
+      and cacheable), ``allocate_slots(req, n + 1, n + 1)`` with n its computed tokens, then its block
+      table; None (nothing allocated) when the pool cannot. One call on the scheduler's hottest path.
     - ``trim(req, num_tokens)`` gives back blocks past ``num_tokens`` (rejected drafts).
     - ``free(req)`` releases everything the request holds (GPU and CPU); unknown ids are a no-op.
     - ``discard(req)``: ``free`` after the step that was to compute the request's scheduled tokens
@@ -89,6 +94,10 @@ class KVCacheManager(ABC):
 
     @abstractmethod
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool: ...
+
+    def decode_slot(self, request: Request) -> list[int] | None:
+        end = request.num_computed_tokens + 1
+        return self.block_table(request.request_id) if self.allocate_slots(request, end, end) else None
 
     @abstractmethod
     def trim(self, request: Request, num_tokens: int) -> None: ...

@@ -39,6 +39,24 @@ class FreeBlockQueue:
         self.remove(block)
         return block
 
+    def popleft_n(self, n: int) -> list[Block]:
+        """The ``n`` blocks at the head, in order, unlinked at once (``n`` <= ``size``)."""
+        if n > self.size:
+            raise IndexError(f"{n} blocks asked, {self.size} free")
+        out = []
+        block = self._head.next
+        for _ in range(n):
+            assert block is not None
+            out.append(block)
+            block.prev, block = None, block.next
+        for b in out:
+            b.next = None
+        self._head.next = block
+        assert block is not None
+        block.prev = self._head
+        self.size -= n
+        return out
+
     def append(self, block: Block) -> None:
         last = self._tail.prev
         assert last is not None
@@ -83,14 +101,12 @@ class BlockPool:
     def allocate(self, n: int) -> list[Block] | None:
         if n > self.free_queue.size:
             return None
-        out = []
-        for _ in range(n):
-            block = self.free_queue.popleft()
+        out = self.free_queue.popleft_n(n)
+        for block in out:
             if block.block_hash is not None:
                 del self.cached[block.block_hash]
                 block.block_hash = None
             block.ref_cnt = 1
-            out.append(block)
         return out
 
     def free(self, blocks: list[Block]) -> None:

@@ -160,6 +160,18 @@ class PagedKVCache(KVCacheManager):
                 self._num_offered[rid] = max(n_full, offered)
         return True
 
+    def decode_slot(self, request: Request) -> list[int] | None:
+        table = self._tables.get(request.request_id)
+        if (
+            table is not None
+            and request.num_computed_tokens < len(table) * self.block_size
+            and not self._num_shared
+            and not self.enable_prefix_caching
+        ):
+            return table  # the token's slot is in a block it holds alone, nothing to cache: no allocation
+        end = request.num_computed_tokens + 1
+        return self._tables[request.request_id] if self.allocate_slots(request, end, end) else None
+
     def _copy_on_write(self, rid: str, blocks: list[Block], index: int) -> None:
         src = blocks[index]
         new = self.pool.allocate(1)

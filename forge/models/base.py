@@ -65,7 +65,8 @@ class ModelDims:
         return self.num_layers * (attn + mlp + router) + 2 * self.vocab_size * self.hidden_size
 
 
-@dataclass(frozen=True)
+# not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass
 class OneHotLogits:
     """Logits kept on the host: row i is ``value`` at column ``tokens[i]`` and 0 elsewhere.
 

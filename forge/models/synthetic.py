@@ -7,6 +7,7 @@ import bisect
 import itertools
 import struct
 
+import numpy as np
 import torch
 
 from forge.core.outputs import SchedulerOutput
@@ -18,6 +19,7 @@ from forge.tokenizers.base import ByteTokenizer
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
 _PHI = 0.6180339887498949  # the golden ratio's fraction: stand-in hidden states' frequency step
+_VECTOR_MIN = 32  # chunks of at least this many tokens are written to the cache as arrays
 
 
 class SyntheticModel(Model):
@@ -60,6 +62,9 @@ class SyntheticModel(Model):
         self.device = torch.device(device)
         # ``order`` consecutive int64 KV slots as a tuple, from a byte offset in the cache's host view
         self._unpack_context = struct.Struct(f"={order}q").unpack_from
+        # the host views of the cache last run on, with the tensors they view (``_host_views``)
+        self._views: tuple[torch.Tensor, torch.Tensor, tuple[memoryview, memoryview, np.ndarray, np.ndarray]] | None
+        self._views = None
 
     def next_token(self, context: tuple[int, ...], position: int) -> int:
         gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
@@ -119,32 +124,45 @@ class SyntheticModel(Model):
 
     def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
         """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""
-        k_cache, v_cache = kv_caches[0]
-        # Host views sharing the cache tensors' memory: each slot is one int64 (1 head x head_dim 1).
-        k = k_cache.view(-1).numpy().data
-        v = v_cache.view(-1).numpy().data
+        k, v, k_array, v_array = self._host_views(kv_caches[0])
         bs = block_size
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
         tokens: list[int] = []
         d = sched.decodes
-        self._decode(k, v, bs, d.starts, d.token_ids, d.block_tables, tokens)
+        if d.starts:
+            self._decode(k, v, bs, d.starts, d.token_ids, d.block_tables, tokens)
         for s in sched.chunks:
             table = s.block_table
             if s.num_tokens == 1 and s.sample:  # a decode after another chunk
                 self._decode(k, v, bs, [s.start], s.token_ids, [table], tokens)
                 continue
-            p = s.start
-            for tok in s.token_ids:
-                slot = table[p // bs] * bs + p % bs
-                k[slot] = v[slot] = tok
-                p += 1
+            if s.num_tokens < _VECTOR_MIN:
+                p = s.start
+                for tok in s.token_ids:
+                    slot = table[p // bs] * bs + p % bs
+                    k[slot] = v[slot] = tok
+                    p += 1
+            else:  # a long chunk (a prompt): its slots and tokens as arrays
+                positions = np.arange(s.start, s.start + s.num_tokens)
+                slots = np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs
+                k_array[slots] = v_array[slots] = np.asarray(s.token_ids, dtype=np.int64)
             if s.sample:
                 end = s.start + s.num_tokens
                 for pos in range(end - 1 - s.num_draft_tokens, end):
                     tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
+
+    def _host_views(self, layer: KVLayer) -> tuple[memoryview, memoryview, np.ndarray, np.ndarray]:
+        """Views sharing the host cache tensors' memory, each slot one int64 (1 head x head_dim 1):
+        as memoryviews (fast single items) and numpy arrays (fast runs). Made once per cache, not per step."""
+        k_cache, v_cache = layer
+        held = self._views
+        if held is None or held[0] is not k_cache or held[1] is not v_cache:
+            k_array, v_array = k_cache.view(-1).numpy(), v_cache.view(-1).numpy()
+            held = self._views = (k_cache, v_cache, (k_array.data, v_array.data, k_array, v_array))
+        return held[2]
 
     def _decode(
         self,

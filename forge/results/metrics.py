@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field, fields
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:  # pandas is imported where frames are built: the serving path
     import pandas as pd
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestTimeline:
     request_id: str
     arrival_time: float
@@ -33,8 +32,9 @@ class RequestTimeline:
     num_preemptions: int = 0
 
 
-@dataclass(frozen=True)
-class StepRecord:
+class StepRecord(NamedTuple):
+    """One step's statistics (a named tuple: one is recorded per step)."""
+
     step: int
     start_time: float
     end_time: float
@@ -192,10 +192,8 @@ class MetricsRecorder:
         import pandas as pd
 
         if not self.steps:
-            return pd.DataFrame([asdict(s) for s in self.steps])
-        columns = [f.name for f in fields(StepRecord)]
-        row = attrgetter(*columns)
-        return pd.DataFrame([row(s) for s in self.steps], columns=columns)
+            return pd.DataFrame([])
+        return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
 
 
 def percentiles(values: Any, prefix: str) -> dict[str, float]:

@@ -108,7 +108,8 @@ class Scheduler:
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.swapped) + sum(map(len, self._forks.values()))
+        forked = sum(map(len, self._forks.values())) if self._forks else 0
+        return len(self.waiting) + len(self.running) + len(self.swapped) + forked
 
     def _remove_pending(self, request_id: str) -> Request | None:
         """Take a swapped-out request or a not-yet-forked child out of its queue."""
@@ -151,7 +152,7 @@ class Scheduler:
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
             swap_in=ops.swap_in,
-            decodes=step.decodes,
+            decodes=step.decodes(),
             chunk_requests=step.requests,
         )
 
@@ -177,19 +178,25 @@ class Scheduler:
         preempted: list[Request] = []
         swapped_in = step.request_ids() if step.rows else ()  # already scheduled (waiting-first swap-ins)
         running = RequestStatus.RUNNING
+        decode_slot, rows, grouped = self.kv.decode_slot, step.rows, self._grouped
+        add_request, add_table = step.decode_requests.append, step.decode_tables.append
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
                 break
-            if request.status is not running or request.request_id in swapped_in:
+            if request.status is not running or (swapped_in and request.request_id in swapped_in):
                 continue
-            if request.is_decoding and self._allocate(request, 1, request.num_computed_tokens + 1):
-                rid = request.request_id
-                if self._grouped:  # the hybrid allocator: the other KV cache groups' tables too
-                    step.add_decode(request, self.kv.block_table(rid), self.kv.group_tables(rid))
-                else:
-                    step.add_decode(request, self.kv.block_table(rid))
-                budget -= 1
-                continue
+            if request.is_decoding:
+                table = decode_slot(request)
+                if table is not None:
+                    if grouped:  # the hybrid allocator: the other KV cache groups' tables too
+                        step.add_decode(request, table, self.kv.group_tables(request.request_id))
+                    elif rows:
+                        step.add_decode(request, table)
+                    else:  # no other row yet: the decode goes column-wise (``StepRows.add_decode``)
+                        add_request(request)
+                        add_table(table)
+                    budget -= 1
+                    continue
             known = request.num_tokens
             n = min(known + len(request.spec_token_ids) - request.num_computed_tokens, budget)
             if n <= 0:
@@ -313,17 +320,7 @@ class Scheduler:
         accepted (``_accept``), the plain decodes' (column-wise) first; free those that finished.
         A row whose request stopped running since ``schedule`` (aborted) is skipped."""
         decoded, tokens = sched.decodes.requests, out.decode_tokens(sched.decodes)
-        finished: list[Request] = []
-        running = RequestStatus.RUNNING
-        accept = self._accept
-        skipped: list[Request] = []
-        for request, token in zip(decoded, tokens, strict=True):
-            if request.status is not running:
-                skipped.append(request)
-                continue
-            request.num_computed_tokens += 1
-            if accept(request, (token,), 0, eos_token_ids):
-                finished.append(request)
+        finished, skipped = self._accept_decodes(decoded, tokens, eos_token_ids)
         if skipped:
             decoded, tokens = _without(skipped, decoded, tokens)
         others, finished_others = self._update_chunks(sched, out, eos_token_ids)
@@ -334,6 +331,28 @@ class Scheduler:
             done = {r.request_id for r in stopped}
             self.running = [r for r in self.running if r.request_id not in done]
         return StepOutputs(decoded, tokens, finished, others, out.logprobs)
+
+    def _accept_decodes(
+        self, decoded: list[Request], tokens: list[int], eos_token_ids: frozenset[int]
+    ) -> tuple[list[Request], list[Request]]:
+        """``_accept`` of one token for each plain decode, without what a plain decode never needs
+        (drafts to verify or trim; a fork: its prompt is done): the hottest loop of a simulated run.
+        Returns the requests that finished and those skipped (no longer running)."""
+        finished: list[Request] = []
+        skipped: list[Request] = []
+        running, check_stop = RequestStatus.RUNNING, self._check_stop
+        for request, token in zip(decoded, tokens, strict=True):
+            if request.status is not running:
+                skipped.append(request)
+                continue
+            request.num_computed_tokens += 1
+            output = request.output_token_ids
+            output.append(token)
+            if request.constraint is not None:
+                request.constraint.accept(token)
+            if check_stop(request, token, eos_token_ids):
+                finished.append(request)
+        return finished, skipped
 
     def _update_chunks(
         self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]

@@ -7,24 +7,27 @@ from forge.core.request import Request
 
 
 class StepRows:
-    """The step the scheduler is building: ``decodes``, its first rows (plain decodes, column-wise,
-    with their requests), then ``rows`` (every other row; a plain decode after any other row joins
-    these, keeping the order) and ``requests``, the request of each of ``rows``."""
+    """The step the scheduler is building: first the plain decodes, column-wise (``decode_requests``
+    and their ``decode_tables``; ``decodes()`` gives them as ``DecodeRows``), then ``rows`` (every
+    other row; a plain decode after any other row joins these, keeping the order) and ``requests``,
+    the request of each of ``rows``."""
 
-    __slots__ = ("decodes", "requests", "rows")
+    __slots__ = ("decode_group_tables", "decode_requests", "decode_tables", "requests", "rows")
 
     def __init__(self) -> None:
-        self.decodes = DecodeRows()
+        self.decode_requests: list[Request] = []
+        self.decode_tables: list[list[int]] = []
+        self.decode_group_tables: list[tuple[list[int], ...]] = []  # with several KV cache groups
         self.rows: list[ScheduledRequest] = []
         self.requests: list[Request] = []
 
     @property
     def is_empty(self) -> bool:
-        return not self.rows and not self.decodes
+        return not self.rows and not self.decode_requests
 
     def request_ids(self) -> set[str]:
         """The ids of the requests scheduled so far."""
-        ids = set(self.decodes.request_ids)
+        ids = {r.request_id for r in self.decode_requests}
         ids.update(s.request_id for s in self.rows)
         return ids
 
@@ -34,17 +37,28 @@ class StepRows:
 
     def add_decode(self, request: Request, block_table: list[int], group_tables: tuple[list[int], ...] = ()) -> None:
         """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table`` (and the
-        other KV cache groups' ``group_tables``, given for every decode or for none)."""
-        rid, start, token = request.request_id, request.num_computed_tokens, request.output_token_ids[-1]
+        other KV cache groups' ``group_tables``, given for every decode or for none): a column-wise
+        row while no other row precedes it (the scheduler may append to ``decode_requests`` and
+        ``decode_tables`` itself then, when the cache has one group), else a ``ScheduledRequest``."""
         if self.rows:  # after another row: keep the order
-            row = ScheduledRequest(rid, start, 1, [token], block_table, True, group_tables=group_tables)
+            start = request.num_computed_tokens
+            token = [request.output_token_ids[-1]]
+            row = ScheduledRequest(request.request_id, start, 1, token, block_table, True, group_tables=group_tables)
             self.add_chunk(row, request)
             return
-        d = self.decodes
-        d.request_ids.append(rid)
-        d.starts.append(start)
-        d.token_ids.append(token)
-        d.block_tables.append(block_table)
-        d.requests.append(request)
+        self.decode_requests.append(request)
+        self.decode_tables.append(block_table)
         if group_tables:
-            d.group_tables.append(group_tables)
+            self.decode_group_tables.append(group_tables)
+
+    def decodes(self) -> DecodeRows:
+        """The column-wise decodes, read from their requests (call before any of them changes)."""
+        requests = self.decode_requests
+        return DecodeRows(
+            [r.request_id for r in requests],
+            [r.num_computed_tokens for r in requests],
+            [r.output_token_ids[-1] for r in requests],
+            self.decode_tables,
+            requests,
+            self.decode_group_tables,
+        )

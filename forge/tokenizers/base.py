@@ -8,6 +8,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 
 class Tokenizer(ABC):
     """Text <-> token ids. ``eos_token_ids`` end generation unless ``ignore_eos``."""
@@ -95,6 +97,9 @@ class IncrementalDetokenizer:
         return self._chunks[0] if self._chunks else ""
 
 
+_BULK_MIN = 16  # ``ByteTokenizer.random_token_ids`` draws words in bulk while this many tokens are missing
+
+
 class ByteTokenizer(Tokenizer):
     """Token i < 256 is byte i; then BOS, EOS and PAD; any id above is unused vocabulary."""
 
@@ -113,13 +118,24 @@ class ByteTokenizer(Tokenizer):
 
     def random_token_ids(self, n: int, rng: random.Random) -> list[int]:
         """Printable ASCII (32..126), so synthetic prompts read as text: rejection sampling on 7 random
-        bits (what ``rng.randrange(32, 127)`` does, without its per-call overhead; workloads draw millions)."""
-        bits = rng.getrandbits
-        out: list[int] = []
-        for _ in range(n):
-            r = bits(7)
+        bits, what ``rng.randrange(32, 127)`` does. ``getrandbits(7)`` is the top 7 bits of one 32-bit
+        word of the generator, and ``getrandbits(32 * m)`` is the next m words (least significant
+        first), so the words are drawn in bulk: as many as tokens are still missing, which never
+        draws a word past the last one the token-by-token loop would take (workloads draw millions)."""
+        parts: list[np.ndarray] = []
+        missing = n
+        while missing >= _BULK_MIN:
+            words = np.frombuffer(rng.getrandbits(32 * missing).to_bytes(4 * missing, "little"), dtype="<u4")
+            bits = words >> 25
+            kept = bits[bits < 95]
+            parts.append(kept)
+            missing -= len(kept)
+        out = (np.concatenate(parts) + 32).tolist() if parts else []
+        bits7 = rng.getrandbits
+        for _ in range(missing):  # the last few one word at a time
+            r = bits7(7)
             while r >= 95:
-                r = bits(7)
+                r = bits7(7)
             out.append(32 + r)
         return out
 
