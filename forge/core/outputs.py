@@ -138,6 +138,8 @@ class RequestOutput:
     # on the request's first output when sampling_params.prompt_logprobs is set: per prompt token,
     # {token id: logprob} of it and the top-k given the tokens before it (None for the first token)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # a beam search result's sum of its tokens' logprobs (the raw model distribution)
+    cumulative_logprob: float | None = None
 
 
 def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:

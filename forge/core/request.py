@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from forge.core.beam_params import BeamSearchParams
 from forge.core.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class Request:
     constraint: TokenConstraint | None = None
     # filled while the prompt is computed when sampling_params.prompt_logprobs is set (see RequestOutput)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # set: a beam search over this prompt (``forge.sched.beam``); the request is the group's template
+    beam_search: BeamSearchParams | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:
