@@ -1,7 +1,7 @@
 """``python -m experiments.run <study> [--size small|tiny] [--out DIR]`` regenerates ``reports/<study>/``.
 
-Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers (see each
-module's docstring).
+Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing
+(see each module's docstring).
 ``--size tiny`` is a smoke test (seconds; what the test suite runs into a temporary directory)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-STUDIES = ("fig2_kv_usage", "chunked_prefill", "policies_load", "prefix_caching", "fidelity", "launchers")
+STUDIES = ("fig2_kv_usage", "chunked_prefill", "policies_load", "prefix_caching", "fidelity", "launchers", "kv_sharing")
 REPO = Path(__file__).resolve().parent.parent
 
 

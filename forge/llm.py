@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forge.config import compose_config
+from forge.core.beam_params import BeamSearchParams
+from forge.core.outputs import RequestOutput
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, default_pooling, default_sampling
 from forge.engine.engine import Engine
-from forge.sched.fork import sibling_ids
+from forge.sched.fork import output_ids
 
 if TYPE_CHECKING:
     from forge.structured.base import StructuredBackend
@@ -47,6 +49,25 @@ class CompletionDelta:
     text: str
     token_ids: list[int]
     finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class BeamSequence:
+    """One beam search result: its output tokens (a final EOS included), their text and the sum of
+    their logprobs; ``finish_reason`` "stop" (it ended in EOS) or "length" (``max_tokens``)."""
+
+    token_ids: list[int]
+    text: str
+    cumulative_logprob: float
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class BeamSearchOutput:
+    """The beam search of one prompt: ``sequences`` best first by score (``BeamSearchParams``)."""
+
+    prompt_token_ids: list[int]
+    sequences: list[BeamSequence]
 
 
 class LLM:
@@ -84,7 +105,7 @@ class LLM:
         rids: dict[int, str] = {}
         from tqdm import tqdm
 
-        total = sum(len(sibling_ids(r)) for r in requests)
+        total = sum(len(output_ids(r)) for r in requests)
         with tqdm(total=total, disable=not use_tqdm, unit="req", desc="forge") as bar:
             for delta in self._drive(requests):
                 texts.setdefault(delta.index, []).append(delta.text)
@@ -93,7 +114,7 @@ class LLM:
                 if delta.finish_reason is not None:
                     reasons[delta.index] = delta.finish_reason
                     bar.update(1)
-        prompt_of = {rid: r.prompt_token_ids for r in requests for rid in sibling_ids(r)}
+        prompt_of = {rid: r.prompt_token_ids for r in requests for rid in output_ids(r)}
         return [
             CompletionOutput(
                 request_id=rids[i],
@@ -179,13 +200,64 @@ class LLM:
         self.engine.check_idle()
         return [embeddings[r.request_id] for r in requests]
 
+    def beam_search(
+        self,
+        prompts: Prompts,
+        beam_width: int,
+        max_tokens: int = 16,
+        length_penalty: float = 1.0,
+        early_stopping: bool = False,
+        ignore_eos: bool = False,
+    ) -> list[BeamSearchOutput]:
+        """A beam search per prompt (``BeamSearchParams`` says how; vLLM's ``LLM.beam_search``). The
+        beams are requests of the engine sharing the prompt's and their common prefix's KV blocks."""
+        params = BeamSearchParams(beam_width, max_tokens, length_penalty, early_stopping, ignore_eos)
+        now = self.engine.clock.now()
+        requests = [
+            Request(f"llm-{next(self._ids)}", ids, SamplingParams(max_tokens=max_tokens), now, beam_search=params)
+            for ids in self._prompt_ids(prompts)
+        ]
+        finals: dict[str, RequestOutput] = {}
+        wanted = {rid for r in requests for rid in output_ids(r)}
+        added: list[Request] = []
+        try:
+            for request in requests:
+                self.engine.add_request(request)
+                added.append(request)
+            while len(finals) < len(wanted):
+                if not self.engine.has_unfinished():
+                    raise RuntimeError(f"the engine finished without {sorted(wanted - finals.keys())}")
+                finals.update((o.request_id, o) for o in self.engine.step() if o.request_id in wanted)
+        finally:
+            for request in added:
+                if request.request_id not in finals:
+                    self.engine.abort(request.request_id)
+        self.engine.check_idle()
+        decode = self.tokenizer.decode
+        return [
+            BeamSearchOutput(
+                r.prompt_token_ids,
+                [
+                    BeamSequence(o.token_ids, decode(o.token_ids), o.cumulative_logprob or 0.0, o.finish_reason or "")
+                    for o in (finals[rid] for rid in output_ids(r))
+                    if o.cumulative_logprob is not None
+                ],
+            )
+            for r in requests
+        ]
+
     # -- requests ------------------------------------------------------------------------------
+    def _prompt_ids(self, prompts: Prompts) -> list[list[int]]:
+        """Each prompt's token ids (a prompt is a string or a list of token ids)."""
+        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
+        batch: list[Any] = [prompts] if single else list(prompts)
+        return [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in batch]
+
     def _requests(
         self, prompts: Prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None
     ) -> list[Request]:
         """Every request checked and built (constraints compiled) before any reaches the engine."""
-        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
-        batch: list[Any] = [prompts] if single else list(prompts)
+        batch = self._prompt_ids(prompts)
         if sampling_params is None:
             sampling_params = default_sampling(self.config)
         params = (
@@ -194,8 +266,7 @@ class LLM:
         if len(params) != len(batch):
             raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
         requests = []
-        for prompt, p in zip(batch, params, strict=True):
-            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        for ids, p in zip(batch, params, strict=True):
             request = Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0)
             if p.structured:
                 request.constraint = self._constraint(p, len(ids))
@@ -236,7 +307,7 @@ class LLM:
         choices: dict[str, tuple[int, ChoiceText]] = {}
         for request in requests:
             p = request.sampling_params
-            for rid in sibling_ids(request):
+            for rid in output_ids(request):
                 choices[rid] = (len(choices), ChoiceText(self.tokenizer, list(p.stop), p.stop_token_ids))
         now = self.engine.clock.now()
         for request in requests:

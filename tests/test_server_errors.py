@@ -57,7 +57,8 @@ BAD_COMPLETIONS = [
     ({**GOOD, "response_format": {"type": "yaml"}}, "response_format.type"),
     ({**GOOD, "logit_bias": {"not-a-token": 5}}, "logit_bias"),
     ({**GOOD, "suffix": "end"}, "suffix"),
-    ({**GOOD, "best_of": 3}, "best_of"),
+    ({**GOOD, "best_of": 5}, "best_of"),  # above server.max_n
+    ({**GOOD, "n": 2, "best_of": 1}, "best_of"),
     ({**GOOD, "stream": "yes"}, "stream"),
 ]
 BAD_CHAT = [

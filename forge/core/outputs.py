@@ -153,6 +153,8 @@ class RequestOutput:
     prompt_logprobs: list[dict[int, float] | None] | None = None
     # an embedding request's (``Request.pooling_params``) pooled prompt, on its final output
     embedding: list[float] | None = None
+    # a beam search result's sum of its tokens' logprobs (the raw model distribution)
+    cumulative_logprob: float | None = None
 
 
 def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from forge.core.beam_params import BeamSearchParams
 from forge.core.pooling import PooledPrefix, PoolingParams
 from forge.core.sampling_params import SamplingParams
 
@@ -69,6 +70,8 @@ class Request:
     prompt_logprobs: list[dict[int, float] | None] | None = None
     pooling_params: PoolingParams | None = None
     pooled: PooledPrefix | None = None
+    # set: a beam search over this prompt (``forge.sched.beam``); the request is the group's template
+    beam_search: BeamSearchParams | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

@@ -13,7 +13,8 @@ from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stop
 from forge.core.request import Request
 from forge.engine.runner import ModelRunner
 from forge.results.metrics import MetricsRecorder
-from forge.sched.fork import fan_out
+from forge.sched.beam import BeamSearches
+from forge.sched.fork import fan_out, output_ids
 from forge.sched.scheduler import Scheduler
 from forge.sched.step_outputs import StepOutputs
 from forge.sim.clock import Clock
@@ -62,6 +63,7 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self.drafter = drafter
         self.spec_stats = SpecDecodeStats()
+        self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
         clock.bind(runner.model.dims)
 
     @property
@@ -69,25 +71,57 @@ class Engine:
         return self.runner.model.tokenizer
 
     def add_request(self, request: Request) -> None:
-        """Queue ``request`` (and its ``n - 1`` forks); ValueError if it can never run here (too long,
-        or an embedding request on a model that gives no hidden states)."""
+        """Queue ``request``; its final outputs come under ``output_ids(request)``: its n sequences
+        (``n > 1``: siblings that fork onto its prompt's KV), or a beam search's results
+        (``request.beam_search``, run by ``forge.sched.beam``; each beam is a request of its own).
+        ValueError if it can never run here (e.g. an embedding request on a model that gives no
+        hidden states)."""
         if request.pooling_params is not None and self.runner.hidden_model is None:
             name = type(self.runner.model).__name__
             raise ValueError(f"request {request.request_id}: {name} gives no hidden states, so no embeddings")
+        for rid in output_ids(request):
+            if rid in self.requests or self.beams.owns(rid):
+                raise ValueError(f"duplicate request id {rid!r}")
+        if request.beam_search is not None:
+            if self.drafter is not None:
+                raise ValueError("beam search does not run with a drafter (speculative decoding)")
+            if self.scheduler.limits.preemption_mode != "recompute":
+                raise ValueError("beam search needs engine.preemption_mode=recompute")
+            self._track(self.beams.start(request))
+            return
         children = fan_out(request)  # n > 1: siblings that fork onto this request's prompt KV
-        for r in (request, *children):
-            if r.request_id in self.requests:
-                raise ValueError(f"duplicate request id {r.request_id!r}")
         self.scheduler.add_request(request, forks=children)
         for r in (request, *children):
-            self.requests[r.request_id] = r
-            self.recorder.on_arrival(r, r.arrival_time)
+            self._track(r)
+
+    def _track(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self.recorder.on_arrival(request, request.arrival_time)
 
     def abort(self, request_id: str) -> bool:
+        """Stop a request (a beam search: all of it, by any of its ids) and free its blocks."""
+        return bool(self.abort_requests(request_id))
+
+    def abort_requests(self, request_id: str) -> list[str]:
+        """``abort``, returning the ids of the engine requests it stopped (a beam search's beams)."""
+        if self.beams.owns(request_id):
+            ended = [r.request_id for r in self.beams.abort(request_id)]
+            for rid in ended:
+                self.requests.pop(rid, None)
+            return ended
         request = self.scheduler.abort(request_id)
         self.requests.pop(request_id, None)
         self._forget_drafts(request_id)
-        return request is not None
+        return [request_id] if request is not None else []
+
+    def abort_all(self) -> list[RequestOutput]:
+        """Stop every request; an ``abort`` output per id a caller waits on (``output_ids``)."""
+        _, outputs = self.beams.abort_all()
+        for rid, request in list(self.requests.items()):
+            if self.abort(rid):
+                outputs.append(stopped_output(request, "abort"))
+            self.requests.pop(rid, None)
+        return outputs
 
     def close(self) -> None:
         """Release what the runner holds outside this process (tensor-parallel ranks); idempotent."""
@@ -114,6 +148,8 @@ class Engine:
         if self.drafter is not None:
             self._propose_drafts()
         sched = self.scheduler.schedule()
+        while sched.is_empty and len(self.beams) and self.beams.release_idle():
+            sched = self.scheduler.schedule()  # beams waiting for their round held the blocks
         if sched.is_empty:
             return StepOutputs()
         try:
@@ -132,13 +168,21 @@ class Engine:
             outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
             if failed:
                 outputs = outputs.with_others(failed)
+        delivered = outputs
+        if len(self.beams):
+            beams = self.beams.advance(outputs)
+            for r in beams.started:
+                self._track(r)
+            delivered = beams.delivered
+            if beams.closed:
+                outputs = outputs.with_others(beams.closed)
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
         self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
         for o in outputs.finished:
             del self.requests[o.request_id]
             self._forget_drafts(o.request_id)
-        return outputs
+        return delivered
 
     def _fail(self, errors: Mapping[str, str], step_failed: bool = False) -> list[RequestOutput]:
         """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
@@ -182,6 +226,8 @@ class Engine:
         problems = []
         if self.scheduler.num_unfinished:
             problems.append(f"{self.scheduler.num_unfinished} requests unfinished")
+        if len(self.beams):
+            problems.append(f"{len(self.beams)} beam searches unfinished")
         if kv.num_held():
             problems.append(f"{kv.num_held()} requests still hold KV blocks")
         if kv.num_free_blocks() != kv.num_blocks:

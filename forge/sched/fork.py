@@ -16,6 +16,14 @@ def sibling_ids(request: Request) -> list[str]:
     return [request.request_id] + [f"{request.request_id}#{i}" for i in range(1, request.sampling_params.n)]
 
 
+def output_ids(request: Request) -> list[str]:
+    """The ids of the final outputs ``request`` gives its caller, in order: its n sequences, or for a
+    beam search (``request.beam_search``) its ``beam_width`` results, best first (ids as
+    ``sibling_ids``)."""
+    n = request.beam_search.beam_width if request.beam_search is not None else request.sampling_params.n
+    return [request.request_id] + [f"{request.request_id}#{i}" for i in range(1, n)]
+
+
 def fan_out(request: Request) -> list[Request]:
     """The n - 1 children of ``request``: the same prompt, arrival, priority and expected length;
     ``n = 1`` and, when the parent has a seed, seeds ``seed + i`` so samples differ."""

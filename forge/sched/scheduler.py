@@ -430,14 +430,19 @@ class Scheduler:
         """Each child shares the parent's blocks for all but the last prompt token, which it
         recomputes itself to get its own logits (writing it copies the shared block)."""
         for child in self._forks.pop(parent.request_id):
-            if len(self.running) < self.limits.max_num_seqs and self.kv.fork(
-                parent, child, parent.num_prompt_tokens - 1
-            ):
-                child.num_computed_tokens = parent.num_prompt_tokens - 1
-                child.status = RequestStatus.RUNNING
-                self.running.append(child)
-            else:
-                self.waiting.push(child)
+            self.fork(parent, child, parent.num_prompt_tokens - 1)
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> None:
+        """Add ``child`` (a new request whose first ``num_tokens`` tokens are ``parent``'s, at most its
+        computed ones) sharing the parent's KV blocks for them (copy-on-write): it runs at once when
+        ``max_num_seqs`` and the cache allow, else it waits and computes them itself."""
+        if len(self.running) < self.limits.max_num_seqs and self.kv.fork(parent, child, num_tokens):
+            child.num_computed_tokens = num_tokens
+            child.status = RequestStatus.RUNNING
+            self.running.append(child)
+        else:
+            child.status = RequestStatus.WAITING
+            self.waiting.push(child)
 
     def _check_stop(self, request: Request, token: int, eos_token_ids: frozenset[int]) -> bool:
         """Set the request's finished status if ``token`` (just appended) ends it."""

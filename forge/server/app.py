@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from forge.core.pooling import PoolingParams
 from forge.engine.engine import Engine
+from forge.sched.fork import output_ids
 from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
@@ -44,6 +45,7 @@ from forge.server.generation import (
     RequestBuilder,
     check_encodable,
     check_model,
+    engine_requests,
 )
 from forge.server.launch import ForgeServer, uvicorn_config
 from forge.server.limits import BodyLimits
@@ -67,6 +69,7 @@ from forge.server.responses import (
     usage,
     vllm_prompt_logprobs,
 )
+from forge.server.sequences import best_choices, sequence_plan
 from forge.server.settings import ServerSettings
 from forge.server.tools import ToolStream, tool_plan
 from forge.structured.base import StructuredBackend
@@ -146,7 +149,7 @@ class Generation:
     def __init__(self, state: ServerState, choices: list[ChoiceSpec], prefix: str) -> None:
         self.state = state
         self.queue: Stream = asyncio.Queue()
-        self.choices = {f"{prefix}-{c.index}": c for c in choices}
+        self.requests, self.choices = engine_requests(choices, prefix)
         self.texts = {
             rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids, c.include_stop_str)
             for rid, c in self.choices.items()
@@ -155,9 +158,9 @@ class Generation:
 
     def start(self) -> None:
         try:
-            for rid, c in self.choices.items():
-                self.state.engine.add(c.to_request(rid), self.queue)
-                self.pending.add(rid)
+            for request in self.requests:
+                self.state.engine.add(request, self.queue)
+                self.pending.update(output_ids(request))
         except EngineOverloaded as exc:
             self.close()
             raise APIError(str(exc), 503, "service_unavailable", code="overloaded") from exc
@@ -271,12 +274,15 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
     b.check_common(body)
     if body.suffix:
         raise APIError("suffix is not supported", param="suffix")
-    if body.best_of is not None and body.best_of != body.n:
-        raise APIError("best_of other than n is not supported", param="best_of")
+    plan = sequence_plan(body, state.settings.max_n)
     echo_logprobs_k = body.logprobs if body.echo else None  # echo + logprobs: the prompt tokens' too
     engine_prompt_k = max((k for k in (body.prompt_logprobs, echo_logprobs_k) if k is not None), default=None)
+    # best_of ranks by the sampled tokens' logprobs: the engine returns them even when not asked for
+    engine_k = body.logprobs if body.logprobs is not None or not plan.picks_best else 0
     prompts = b.completion_prompts(body)
-    choices = await b.choices(body, prompts, body.max_tokens, 16, body.logprobs, prompt_logprobs=engine_prompt_k)
+    choices = await b.choices(
+        body, prompts, body.max_tokens, 16, engine_k, None, engine_prompt_k, plan.num_sequences, plan.beam
+    )
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -335,6 +341,11 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
             **prompt_lp(c, d),
         }
 
+    if plan.picks_best:  # the n best of best_of; the usage counts every sequence sampled (OpenAI's)
+        merged = await gen.collect()
+        picked = [{**whole(c, merged[c.index]), "index": i} for i, c in best_choices(choices, merged, plan.n)]
+        n_out = sum(len(d.token_ids) for d in merged.values())
+        return JSONResponse({**base, "choices": picked, "usage": usage(gen.prompt_tokens, n_out)})
     return await _json_response(gen, base, whole)
 
 

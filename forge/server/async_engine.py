@@ -16,9 +16,10 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from forge.core.outputs import RequestOutput, stopped_output
+from forge.core.outputs import RequestOutput
 from forge.core.request import Request
 from forge.engine.engine import Engine
+from forge.sched.fork import output_ids
 from forge.server.metrics import ServerMetrics, ServingRecorder
 
 log = logging.getLogger("forge.server")
@@ -103,7 +104,8 @@ class AsyncEngine:
             raise EngineClosed("the server is shutting down" if self._closing else f"engine failed: {self.error}")
         if self._num_engine_waiting + self._inbox.qsize() >= self.max_waiting:
             raise EngineOverloaded(f"too many requests waiting (server.max_waiting={self.max_waiting})")
-        self._streams[request.request_id] = stream
+        for rid in output_ids(request):  # n > 1 sequences or a beam search's results: one id each
+            self._streams[rid] = stream
         request.arrival_time = self.engine.clock.now()
         self._inbox.put(_Command("add", request=request))
 
@@ -171,13 +173,12 @@ class AsyncEngine:
             try:
                 engine.add_request(cmd.request)
             except ValueError as exc:
-                replies.append((cmd.request.request_id, exc))
+                replies.extend((rid, exc) for rid in output_ids(cmd.request))
         elif cmd.kind == "abort":
-            if engine.abort(cmd.request_id):
-                self.recorder.on_abort(cmd.request_id, cmd.reason)
+            for rid in engine.abort_requests(cmd.request_id):
+                self.recorder.on_abort(rid, cmd.reason)
         elif cmd.kind == "abort_all":
-            for rid, request in list(engine.requests.items()):
-                engine.abort(rid)
+            for rid in list(engine.requests):
                 self.recorder.on_abort(rid, "abort")
-                replies.append((rid, stopped_output(request, "abort")))
+            replies.extend((o.request_id, o) for o in engine.abort_all())
         return cmd.kind == "stop"

@@ -4,6 +4,7 @@ with text that could be the start of one held back), stop token ids, and logprob
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,9 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from forge.core.beam_params import BeamSearchParams
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request, TokenConstraint
 from forge.core.sampling_params import SEED_MAX, SamplingParams
+from forge.sched.fork import output_ids
 from forge.server.chat_messages import template_messages
 from forge.server.guided import guided_specs
 from forge.server.min_tokens import MinTokensConstraint
@@ -52,7 +55,17 @@ class ChoiceSpec:
     ending_ids: frozenset[int] = frozenset()
     include_stop_str: bool = False
 
-    def to_request(self, request_id: str) -> Request:
+    beam: BeamSearchParams | None = None  # one of a beam search's results (the search is one request)
+
+    @property
+    def forkable(self) -> bool:
+        """Sampled with no per-sequence state beyond its seed (no constraint, no prompt logprobs):
+        it may be a fork of a sibling over the same prompt (``SamplingParams.n``)."""
+        return self.grammar is None and not self.min_tokens and self.params.prompt_logprobs is None
+
+    def to_request(self, request_id: str, n: int = 1) -> Request:
+        """The engine request of this choice (``n > 1``: and its ``n - 1`` forked siblings, which
+        sample with ``seed + i`` as the choices after it do)."""
         constraint: TokenConstraint | None = None
         if self.grammar is not None:
             constraint = self.grammar.constraint(self.params.max_tokens)
@@ -61,10 +74,39 @@ class ChoiceSpec:
         return Request(
             request_id=request_id,
             prompt_token_ids=list(self.prompt_ids),
-            sampling_params=self.params,
+            sampling_params=dataclasses.replace(self.params, n=n) if n > 1 else self.params,
             priority=self.priority,
             constraint=constraint,
+            beam_search=self.beam,
         )
+
+
+def engine_requests(choices: list[ChoiceSpec], prefix: str) -> tuple[list[Request], dict[str, ChoiceSpec]]:
+    """The engine requests behind ``choices`` (in order, a prompt's consecutively) and the choice of
+    each of their output ids (``output_ids``). A prompt's sampled choices are one request with
+    ``n`` = their number when they can fork (one prefill, the prompt's KV blocks shared copy-on-write;
+    choice j samples with ``seed + j`` either way, so the tokens are those of separate requests); a
+    beam search's results are one request."""
+    requests: list[Request] = []
+    by_id: dict[str, ChoiceSpec] = {}
+    i = 0
+    while i < len(choices):
+        first = choices[i]
+        group = [first]
+        if first.beam is not None or first.forkable:
+            while (
+                i + len(group) < len(choices)
+                and choices[i + len(group)].prompt_index == first.prompt_index
+                and (choices[i + len(group)].beam is not None) == (first.beam is not None)
+                and (first.beam is not None or choices[i + len(group)].forkable)
+            ):
+                group.append(choices[i + len(group)])
+        n = 1 if first.beam is not None else len(group)
+        request = first.to_request(f"{prefix}-{first.index}", n)
+        requests.append(request)
+        by_id.update(zip(output_ids(request), group, strict=True))
+        i += len(group)
+    return requests, by_id
 
 
 def check_model(model: str | None, served: str) -> None:
@@ -299,11 +341,17 @@ class RequestBuilder:
         logprobs: int | None,
         tool_spec: ConstraintSpec | None = None,
         prompt_logprobs: int | None = None,
+        num_sequences: int | None = None,
+        beam: BeamSearchParams | None = None,
     ) -> list[ChoiceSpec]:
         """``prompt_logprobs``: the top-k the engine returns per prompt token (``body.prompt_logprobs``,
-        or more when the caller also needs them, e.g. completions' ``echo`` with ``logprobs``)."""
-        if len(prompts) * body.n > MAX_CHOICES:
-            raise APIError(f"{len(prompts)} prompts x n={body.n} exceeds {MAX_CHOICES} choices", param="n")
+        or more when the caller also needs them, e.g. completions' ``echo`` with ``logprobs``).
+        ``num_sequences``: sequences sampled per prompt (``best_of``; default ``n``); ``beam``: each
+        prompt's choices are the results of one beam search (its ``max_tokens`` is replaced by the
+        request's)."""
+        per_prompt = beam.beam_width if beam is not None else (num_sequences or body.n)
+        if len(prompts) * per_prompt > MAX_CHOICES:
+            raise APIError(f"{len(prompts)} prompts x {per_prompt} sequences exceeds {MAX_CHOICES}", param="n")
         if logprobs is not None and not 0 <= logprobs <= self.max_logprobs:
             raise APIError(f"logprobs must be in [0, {self.max_logprobs}]", param="logprobs")
         if prompt_logprobs is not None and not 0 <= prompt_logprobs <= self.max_logprobs:
@@ -350,7 +398,11 @@ class RequestBuilder:
                     f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={n_out}",
                     param="max_tokens",
                 )
-            for j in range(body.n):
+            if beam is not None and room < 2:
+                raise APIError("the prompt leaves no room for a beam search", param="max_tokens")
+            # a beam keeps one slot of room for the token it proposes past its last one
+            beam_n = None if beam is None else dataclasses.replace(beam, max_tokens=min(n_out, room - 1))
+            for j in range(per_prompt):
                 seed = None if body.seed is None else body.seed + j
                 try:
                     params = SamplingParams(
@@ -373,7 +425,7 @@ class RequestBuilder:
                     raise APIError(str(exc)) from exc
                 out.append(
                     ChoiceSpec(
-                        index=pi * body.n + j,
+                        index=pi * per_prompt + j,
                         prompt_index=pi,
                         prompt_ids=ids,
                         prompt_text=text,
@@ -384,6 +436,7 @@ class RequestBuilder:
                         min_tokens=body.min_tokens,
                         ending_ids=ending,
                         include_stop_str=body.include_stop_str_in_output,
+                        beam=beam_n,
                     )
                 )
         return out

@@ -167,6 +167,12 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=INT64_MAX)
     best_of: int | None = Field(default=None, ge=1, le=INT64_MAX)
     suffix: str | None = None
+    # vLLM's beam search extension: ``n`` results of a beam search of width ``n`` (forge also takes
+    # ``beam_width``, which then sets both); ``early_stopping`` as vLLM V0's (see BeamSearchParams)
+    use_beam_search: bool = False
+    beam_width: int | None = Field(default=None, ge=1, le=INT64_MAX)
+    length_penalty: float = Field(default=1.0, ge=-100.0, le=100.0, allow_inf_nan=False)
+    early_stopping: bool = False
 
 
 class ContentPart(Strict):
