@@ -11,7 +11,9 @@
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
 
 ``forge serve --config FILE.yaml`` also takes settings from a YAML and from ``FORGE_*`` variables
-(``FORGE_PORT``, ...; forge/server/config_sources.py): flags > environment > YAML > defaults.
+(``FORGE_SERVER__PORT=9000``, ``FORGE_ENGINE__MAX_NUM_SEQS=16``: every ``server.*`` and ``engine.*``
+key; forge/server/config_sources.py): flags > environment > YAML > defaults. ``FORGE_ADMIN_KEY``
+is the key ``POST /shutdown`` needs.
 
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
 and the command exits with status 2; ``FORGE_FULL_ERROR=1`` (or ``HYDRA_FULL_ERROR=1``) shows its traceback.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,8 @@ from forge.config import ConfigError, validate
 from forge.engine.build import build_engine, default_sampling, workload_requests
 from forge.engine.engine import Engine
 from forge.results.metrics import summarize
+from forge.results.provenance import git_commit
 from forge.results.redact import redact_config
-
-
-def git_commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return rev.stdout.strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def oversubscription_warning(load_average: float, cores: int) -> str | None:

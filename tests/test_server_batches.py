@@ -121,6 +121,8 @@ def test_bad_batch_requests_get_openai_errors(server: BackgroundServer, client: 
     )
     url = server.url + "/v1/batches"
     body = {"input_file_id": upload.id, "endpoint": "/v1/completions", "completion_window": "24h"}
+    for unknown in (httpx.get(url + "/batch_nope"), httpx.post(url + "/batch_nope/cancel")):
+        assert error_of(unknown, 404)["type"] == "invalid_request_error"
     assert error_of(httpx.post(url, json={**body, "endpoint": "/v1/models"}), 400)["param"] == "endpoint"
     assert error_of(httpx.post(url, json={**body, "completion_window": "1h"}), 400)["param"] == "completion_window"
     assert error_of(httpx.post(url, json={**body, "priority": 1}), 400)["param"] == "priority"

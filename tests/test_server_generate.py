@@ -1,4 +1,5 @@
-"""POST /generate, forge-infer's shape: {"prompt", "max_tokens"} -> {"text", "prompt_tokens", "completion_tokens"}."""
+"""POST /generate, forge-infer's shape: {"prompt", "max_tokens"} ->
+{"text", "tokens", "prompt_tokens", "completion_tokens"} (tokens: the generated ids, issue 18's shape)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ def test_generate_is_greedy_completions_in_forge_infers_shape(tmp_path: Path) ->
     auth = {"Authorization": "Bearer k"}
     with BackgroundServer(app) as s:
         r = httpx.post(s.url + "/generate", json={"prompt": "hello forge", "max_tokens": 9}, headers=auth)
-        assert r.status_code == 200 and set(r.json()) == {"text", "prompt_tokens", "completion_tokens"}
+        assert r.status_code == 200 and set(r.json()) == {"text", "tokens", "prompt_tokens", "completion_tokens"}
         body = {"model": "tiny", "prompt": "hello forge", "max_tokens": 9, "temperature": 0}
         same = httpx.post(s.url + "/v1/completions", json=body, headers=auth).json()
-        assert r.json()["text"] == same["choices"][0]["text"]
+        assert r.json()["text"] == same["choices"][0]["text"] and "token_ids" not in same["choices"][0]
+        tokens = r.json()["tokens"]
+        assert len(tokens) == r.json()["completion_tokens"] and all(isinstance(t, int) for t in tokens)
+        detok = httpx.post(s.url + "/detokenize", json={"model": "tiny", "tokens": tokens}, headers=auth).json()
+        assert detok["prompt"] == r.json()["text"]
         assert r.json()["prompt_tokens"] == same["usage"]["prompt_tokens"]
         assert r.json()["completion_tokens"] == same["usage"]["completion_tokens"]
         # forge-infer's example, curl -d '{...}', sends its JSON as a form body

@@ -1,15 +1,16 @@
 """Secrets never reach the run directory.
 
-A secret is the value of a setting named in ``SECRET_FIELDS`` (``server.api_keys``), wherever it
-appears: the setting itself, a command-line override that sets it, or any other string that
-contains it (Hydra's ``override_dirname``). Everything forge or Hydra writes into a run directory
-goes through this module: ``redact_config`` for forge's own ``config.yaml``, and
-``RedactSecretsCallback`` (registered in ``conf/config.yaml``) rewrites the files Hydra saved in
-``.hydra/`` (and a sweep's ``multirun.yaml``) as soon as the job starts, before the job runs.
+A secret is the value of a setting named in ``SECRET_FIELDS`` (``server.api_keys``,
+``server.admin_key``), wherever it appears: the setting itself, a command-line override that sets
+it, or any other string that contains it (Hydra's ``override_dirname``). Everything forge or Hydra
+writes into a run directory goes through this module: ``redact_config`` for forge's own
+``config.yaml``, and ``RedactSecretsCallback`` (registered in ``conf/config.yaml``) rewrites the
+files Hydra saved in ``.hydra/`` (and a sweep's ``multirun.yaml``) as soon as the job starts,
+before the job runs.
 
 Keys that should not even be typed on the command line can come from the environment
-(``FORGE_API_KEY``, or ``server.api_keys=[${oc.env:MY_KEY}]``: the saved config keeps the
-interpolation, not its value)."""
+(``FORGE_API_KEY``, ``FORGE_ADMIN_KEY``, or ``server.api_keys=[${oc.env:MY_KEY}]``: the saved
+config keeps the interpolation, not its value)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-SECRET_FIELDS = frozenset({"api_key", "api_keys"})
+SECRET_FIELDS = frozenset({"api_key", "api_keys", "admin_key"})
 REDACTED = "<redacted>"  # a plain YAML string (forge.results.sweep parses override values as YAML)
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 

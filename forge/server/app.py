@@ -3,8 +3,9 @@
 Routes: POST /v1/completions, POST /v1/chat/completions (SSE when ``stream``), POST /v1/embeddings
 (``embeddings``), GET /v1/models, GET /health, GET /metrics, POST /tokenize, POST /detokenize;
 /v1/files and /v1/batches (``files``, ``batches``), POST /generate (``generate``), POST /shutdown
-(``admin``). Every request is validated by ``RequestBuilder`` before anything reaches the engine (4xx
-in OpenAI's error shape); the engine runs on its own thread (``AsyncEngine``)."""
+(``admin``), GET /version (``version``). Every request is validated by ``RequestBuilder`` before
+anything reaches the engine (4xx in OpenAI's error shape); the engine runs on its own thread
+(``AsyncEngine``)."""
 
 from __future__ import annotations
 
@@ -72,11 +73,12 @@ from forge.server.responses import (
 from forge.server.sequences import best_choices, sequence_plan
 from forge.server.settings import ServerSettings
 from forge.server.tools import ToolStream, tool_plan
+from forge.server.version import version_router
 from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
 
 log = logging.getLogger("forge.server")
-_PROTECTED = ("/v1/", "/tokenize", "/detokenize", "/generate", "/shutdown")
+_PROTECTED = ("/v1/", "/tokenize", "/detokenize", "/generate")  # /shutdown: the admin key (admin.py)
 
 
 @dataclass
@@ -269,7 +271,8 @@ def _sse_response(
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-async def _completions(state: ServerState, body: CompletionRequest) -> Response:
+async def _completions(state: ServerState, body: CompletionRequest, token_ids: bool = False) -> Response:
+    """``token_ids``: each non-streamed choice also carries its generated ids (``/generate``'s ``tokens``)."""
     b = state.builder
     b.check_common(body)
     if body.suffix:
@@ -339,6 +342,7 @@ async def _completions(state: ServerState, body: CompletionRequest) -> Response:
             "finish_reason": d.finish_reason,
             "stop_reason": None,
             **prompt_lp(c, d),
+            **({"token_ids": list(d.token_ids)} if token_ids else {}),
         }
 
     if plan.picks_best:  # the n best of best_of; the usage counts every sequence sampled (OpenAI's)
@@ -466,7 +470,7 @@ def build_app(
         settings.batch_max_in_flight,
         settings.batch_priority,
     )
-    control = ShutdownControl(state.drain, lambda: bool(settings.keys()))
+    control = ShutdownControl(state.drain, settings.admin_keys)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -564,8 +568,9 @@ def build_app(
 
     app.include_router(files_router(files))
     app.include_router(batches_router(runner))
-    app.include_router(generate_router(lambda body: _completions(state, body), name))
+    app.include_router(generate_router(lambda body: _completions(state, body, token_ids=True), name))
     app.include_router(admin_router(control, settings.shutdown_timeout_s))
+    app.include_router(version_router())
     return app
 
 

@@ -3,9 +3,18 @@
 Precedence, highest first: command-line flags and overrides > environment variables > the
 ``--config`` YAML > the defaults (``conf/``). The YAML has the config's own keys
 (``server: {port: 8001}``, ``engine: {max_num_seqs: 16}``, ``model: smollm2`` to pick an option);
-a key the config does not have is a config error. The environment mapping is small and explicit
-(``ENV_SETTINGS``); ``FORGE_API_KEY`` is read by ``ServerSettings`` itself. Every setting that
-came from the YAML or the environment is printed at startup with where it came from."""
+a key the config does not have is a config error.
+
+The environment: ``FORGE_SERVER__<KEY>`` and ``FORGE_ENGINE__<KEY>`` set ``server.<key>`` and
+``engine.<key>`` for every key of those two groups (``FORGE_SERVER__PORT=9000``; a double
+underscore nests, the key is lowercased); one naming no key is a config error naming the variable.
+Values are read as YAML scalars (``true``, ``16``, ``null``, ``[k1, k2]``), except that a setting
+whose default is text keeps the text as given and a list setting given one value gets a list of it.
+The short names of ``ENV_ALIASES`` (``FORGE_PORT``, ``FORGE_MODEL``, ...) still work; when both a
+short name and its ``FORGE_SERVER__``/``FORGE_ENGINE__`` name are set, the latter wins. An empty
+variable counts as unset. ``FORGE_API_KEY`` and ``FORGE_ADMIN_KEY`` are read by ``ServerSettings``
+itself (never written into a config). Every setting that came from the YAML or the environment is
+printed at startup with where it came from, secrets redacted."""
 
 from __future__ import annotations
 
@@ -16,13 +25,17 @@ from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from forge.config import CONF_DIR, ConfigError, register_schema
+from forge.results.redact import REDACTED, SECRET_FIELDS
 
 CONFIG_FLAG = "--config"
-# environment variable -> the setting it sets
-ENV_SETTINGS: dict[str, str] = {
+# the environment's prefixes -> the config group whose every key they set
+ENV_GROUPS: dict[str, str] = {"FORGE_SERVER__": "server", "FORGE_ENGINE__": "engine"}
+ENV_NESTING = "__"
+# short environment names (the first ones forge read) -> the setting each sets
+ENV_ALIASES: dict[str, str] = {
     "FORGE_HOST": "server.host",
     "FORGE_PORT": "server.port",
     "FORGE_LOG_LEVEL": "server.log_level",
@@ -37,7 +50,7 @@ ENV_SETTINGS: dict[str, str] = {
 GROUP_KEYS = frozenset(
     {"model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling", "drafter", "structured", "server"}
 )
-_SECRET_KEYS = frozenset({"api_key", "api_keys"})
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,7 @@ class Setting:
         return f"{self.key}={self.value}"
 
     def shown(self) -> str:
-        value = "<redacted>" if self.key.rsplit(".", 1)[-1] in _SECRET_KEYS else self.value
+        value = REDACTED if self.key.rsplit(".", 1)[-1] in SECRET_FIELDS else self.value
         return f"{self.key}={value} ({self.source})"
 
 
@@ -116,19 +129,64 @@ def yaml_settings(path: Path) -> list[Setting]:
     choices = [Setting(k, str(v), str(path)) for k, v in data.items() if k in GROUP_KEYS and isinstance(v, str)]
     values = {k: v for k, v in data.items() if not (k in GROUP_KEYS and isinstance(v, str))}
     base = _defaults([c.override for c in choices])
-    missing = object()
     settings = list(choices)
     for key, value in _leaves(values, ""):
         if key == "hydra" or key.startswith("hydra."):
             raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: Hydra's own settings cannot be set here")
-        if OmegaConf.select(base, key, default=missing) is missing:
+        if OmegaConf.select(base, key, default=_MISSING) is _MISSING:
             raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: not a setting")
         settings.append(Setting(key, override_value(value), str(path)))
     return settings
 
 
+def env_value(text: str, default: Any) -> str:
+    """``text`` (an environment variable's value) in Hydra's override grammar, read as a YAML
+    scalar unless ``default`` (the setting's default) is text; a list setting gets a list."""
+    try:
+        value: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    if isinstance(default, str) or isinstance(value, dict):
+        value = text
+    if isinstance(default, list | ListConfig) and not isinstance(value, list):
+        value = [value]
+    return override_value(value)
+
+
+def _env_key(name: str) -> str | None:
+    """The setting ``FORGE_SERVER__PORT`` names (``server.port``); None for other variables."""
+    for prefix, group in ENV_GROUPS.items():
+        if name.startswith(prefix):
+            return ".".join([group, *name[len(prefix) :].lower().split(ENV_NESTING)])
+    return None
+
+
 def env_settings(environ: Mapping[str, str]) -> list[Setting]:
-    return [Setting(key, environ[name], name) for name, key in ENV_SETTINGS.items() if environ.get(name, "") != ""]
+    """The environment's settings: the short aliases first, then the ``FORGE_SERVER__*`` and
+    ``FORGE_ENGINE__*`` ones (a ``ConfigError`` names a variable that sets no key)."""
+    set_vars = {name: value for name, value in environ.items() if value != ""}
+    nested = {name: key for name in sorted(set_vars) if (key := _env_key(name)) is not None}
+    aliased = {name: key for name, key in ENV_ALIASES.items() if name in set_vars}
+    if not nested and not aliased:
+        return []
+    base = _defaults([])
+    settings = []
+    for name, key in [*aliased.items(), *nested.items()]:
+        default = OmegaConf.select(base, key, default=_MISSING)
+        last = key.rsplit(".", 1)[-1]
+        if key in GROUP_KEYS:  # FORGE_MODEL: an option's name
+            settings.append(Setting(key, set_vars[name], name))
+            continue
+        if default is _MISSING or last.startswith("_") or not last or isinstance(default, DictConfig):
+            group = key.partition(".")[0]
+            raise ConfigError(f"{name}: {key} is not a setting (the {group}.* keys: {', '.join(_keys(base, group))})")
+        settings.append(Setting(key, env_value(set_vars[name], default), name))
+    return settings
+
+
+def _keys(base: DictConfig, group: str) -> list[str]:
+    node = base.get(group)
+    return [str(k) for k in node if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
 
 
 def _key(override: str) -> str:

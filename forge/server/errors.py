@@ -41,7 +41,7 @@ class ErrorResponse(BaseModel):
 _DESCRIPTIONS = {
     400: "Invalid request (bad field, body not JSON, text not valid Unicode)",
     401: "Missing or invalid API key",
-    403: "Not allowed (POST /shutdown on a server without API keys)",
+    403: "Not allowed (POST /shutdown without the admin key)",
     404: "Unknown model or route",
     405: "Method not allowed on this route",
     409: "The batch's state does not allow this (cancelling a finished batch)",

@@ -1,10 +1,11 @@
 """``POST /generate``: forge-infer's native shape, a thin alias over ``/v1/completions``.
 
-``{"prompt": str, "max_tokens": int = 32}`` -> ``{"text", "prompt_tokens", "completion_tokens"}``,
-greedy (forge-infer's model is deterministic), not streamed (forge-infer's ``/generate`` is not;
-``/v1/completions`` streams). Any other field is refused with a 400. The body is read as JSON
-whatever its ``Content-Type``, so forge-infer's own example (``curl -d '{...}'``, which sends
-``application/x-www-form-urlencoded``) works unchanged."""
+``{"prompt": str, "max_tokens": int = 32}`` -> ``{"text", "tokens", "prompt_tokens",
+"completion_tokens"}``: ``tokens`` the generated token ids (issue 18's shape), the two counts
+forge-infer's ``server.rs``'s. Greedy (forge-infer's model is deterministic), not streamed
+(forge-infer's ``/generate`` is not; ``/v1/completions`` streams). Any other field is refused
+with a 400. The body is read as JSON whatever its ``Content-Type``, so forge-infer's own example
+(``curl -d '{...}'``, which sends ``application/x-www-form-urlencoded``) works unchanged."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ _BODY_SCHEMA = {
 
 
 def generate_router(complete: Callable[[CompletionRequest], Awaitable[Response]], model_name: str) -> APIRouter:
+    """``complete``: non-streamed completions whose choices carry their ``token_ids``."""
     router = APIRouter()
 
     @router.post("/generate", openapi_extra=_BODY_SCHEMA)
@@ -48,6 +50,7 @@ def generate_router(complete: Callable[[CompletionRequest], Awaitable[Response]]
         return JSONResponse(
             {
                 "text": answer["choices"][0]["text"],
+                "tokens": answer["choices"][0]["token_ids"],
                 "prompt_tokens": usage["prompt_tokens"],
                 "completion_tokens": usage["completion_tokens"],
             }

@@ -10,6 +10,8 @@ from pathlib import Path
 @dataclass
 class ServerSettings:
     """``api_keys``: accepted bearer keys (plus ``$FORGE_API_KEY``); none set: no auth.
+    ``admin_key``: the bearer key ``POST /shutdown`` needs (plus ``$FORGE_ADMIN_KEY``; either is
+    accepted); none set: nobody can stop the server over HTTP. An API key is not an admin key.
     ``rate_limit_rps`` / ``rate_limit_burst``: per-key token bucket over requests (0: off).
     ``max_waiting``: requests queued for the engine before new ones get 503.
     ``max_n``: most choices per request (n x prompts). ``shutdown_timeout_s``: how long in-flight
@@ -55,9 +57,12 @@ class ServerSettings:
     state_dir: str | None = None
     batch_max_in_flight: int = 4
     batch_priority: int = 1000
+    admin_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.api_keys = [str(k) for k in self.api_keys]
+        if self.admin_key is not None:
+            self.admin_key = str(self.admin_key)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"server.port must be in 0..65535, got {self.port}")
         if self.rate_limit_rps < 0 or self.rate_limit_burst < 0:
@@ -93,3 +98,8 @@ class ServerSettings:
     def keys(self) -> frozenset[str]:
         env = os.environ.get("FORGE_API_KEY")
         return frozenset([*self.api_keys, *([env] if env else [])])
+
+    def admin_keys(self) -> frozenset[str]:
+        """The keys ``POST /shutdown`` accepts: ``admin_key`` and ``$FORGE_ADMIN_KEY`` (empty: none)."""
+        env = os.environ.get("FORGE_ADMIN_KEY")
+        return frozenset(k for k in (self.admin_key, env) if k)
