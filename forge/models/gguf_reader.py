@@ -27,7 +27,7 @@ DEFAULT_ALIGNMENT = 32
 # GGUF value types (gguf spec): scalar struct formats; 8 is STRING, 9 is ARRAY.
 _STRING, _ARRAY, _BOOL = 8, 9, 7
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_ARRAY_DTYPES = {
+_ARRAY_DTYPES: dict[int, np.dtype[Any]] = {
     0: np.dtype("<u1"),
     1: np.dtype("<i1"),
     2: np.dtype("<u2"),
