@@ -80,9 +80,48 @@ def _run_job(cfg: Any, run_dir: Path) -> None:
     print(f"run directory: {run_dir}")
 
 
+def hydra_error_line(exc: BaseException) -> str:
+    """Hydra's (or OmegaConf's) multi-line message about a command line it could not compose, as
+    one line naming the override: an option that does not exist (with the options there are), a
+    key that is not a setting, an override that does not parse, a value of the wrong type."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    def first_line(err: BaseException) -> str:
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+        return lines[0] if lines else type(err).__name__
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, name = exc.missing_cfg_file.rpartition("/")
+        return f"{group}={name}: no such option (options: {', '.join(exc.options)})"
+    if isinstance(exc, OverrideParseException):
+        return f"{exc.override}: not an override Hydra can parse ({first_line(exc)})"
+    cause = exc.__cause__
+    if isinstance(cause, ConfigKeyError | ConfigAttributeError) and getattr(cause, "full_key", None):
+        return f"{cause.full_key}: not a setting ({first_line(cause)})"
+    parts = [first_line(exc)]
+    if cause is not None and first_line(cause) not in parts:
+        parts.append(first_line(cause))
+    return ": ".join(parts)
+
+
+def _is_compose_error(exc: BaseException, job_started: bool) -> bool:
+    """An error of the command line itself: an override Hydra cannot parse or apply, an option or a
+    key that does not exist, a value of the wrong type. Raised by Hydra before the job starts (or, in
+    a sweep, while composing a later job's config); errors from inside a job are not these."""
+    from hydra.errors import CompactHydraException, InstantiationException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(exc, CompactHydraException) and not isinstance(exc, InstantiationException):
+        return True
+    return not job_started and isinstance(exc, OmegaConfBaseException)
+
+
 def run_app(argv: Sequence[str]) -> None:
-    """``python run.py <argv>``: Hydra's command line over ``conf/``; a ConfigError exits 2 (in a
-    sweep it fails that job as any other error does)."""
+    """``python run.py <argv>``: Hydra's command line over ``conf/``; a ConfigError, and a command
+    line Hydra cannot compose (an unknown option or key, bad override syntax, a wrong type), print one
+    line and exit 2 (a ConfigError inside a sweep fails that job as any other error does);
+    ``FORGE_FULL_ERROR=1`` / ``HYDRA_FULL_ERROR=1`` show the traceback instead."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -91,20 +130,38 @@ def run_app(argv: Sequence[str]) -> None:
     from forge.config import register_schema
 
     register_schema()
+    job_started: list[bool] = []
+    full_errors = full_errors_wanted()
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def job(cfg: DictConfig) -> None:
+        job_started.append(True)
         hydra_cfg = HydraConfig.get()
         try:
             _run_job(cfg, Path(hydra_cfg.runtime.output_dir))
         except ConfigError as exc:
-            if hydra_cfg.mode == RunMode.MULTIRUN or full_errors_wanted():
+            if hydra_cfg.mode == RunMode.MULTIRUN or full_errors:
                 raise
             print_config_error(exc)
             sys.exit(CONFIG_ERROR_EXIT_CODE)
 
     sys.argv = ["forge", *argv]
-    job()
+    # Hydra prints its own errors (several lines, exit 1) unless HYDRA_FULL_ERROR is set; set, it
+    # raises them: those of the command line become one line and exit 2 here, the rest propagate.
+    hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        job()
+    except Exception as exc:
+        if full_errors or not _is_compose_error(exc, bool(job_started)):
+            raise
+        print(f"config error: {hydra_error_line(exc)}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT_CODE)
+    finally:
+        if hydra_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = hydra_full_error
 
 
 def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:

@@ -261,3 +261,48 @@ def test_full_error_switch_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and "ConfigError: kvcache.block_size must be" in proc.stderr
+
+
+# -- Hydra's own errors (the command line itself) are one line and exit 2 too (issue 23) -------
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            ["run.py", "scheduler=fcsf"],
+            "config error: scheduler=fcsf: no such option (options: decode_first, fcfs, lpm, prefill_first, ",
+        ),
+        (["run.py", "kvcache.blok_size=8"], "config error: kvcache.blok_size: not a setting ("),
+        (
+            ["-m", "forge.cli", "run", "workload.num_requests=2=3"],
+            "config error: workload.num_requests=2=3: not an override Hydra can parse (",
+        ),
+    ],
+    ids=["unknown-option", "unknown-key", "bad-syntax"],
+)
+def test_hydra_command_line_errors_are_one_line_and_exit_2(command: list[str], message: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, *command, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "FORGE_FULL_ERROR")},
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
+
+
+def test_hydra_full_error_still_shows_hydras_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "run.py", "scheduler=fcsf", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "MissingConfigException: In 'config': Could not find 'scheduler/fcsf'" in (
+        proc.stderr
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
 from forge.models.gguf_file import GGUFError, GGUFFile
 from forge.models.gguf_loader import config_from_gguf, load_gguf
@@ -107,3 +107,16 @@ def test_unsupported_tensor_type(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(GGUFError, match=r"iq2\.gguf: unsupported tensor types: token_embd\.weight \(IQ2_XXS\)"):
         load_gguf(str(tmp_path / "iq2.gguf"))
+
+
+def test_the_lean_reader_reads_what_gguf_py_reads(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "llama", "llama", GGMLQuantizationType.Q4_0)
+    ours, reference = GGUFFile(path), GGUFReader(str(path))
+    expected = {name: f.contents() for name, f in reference.fields.items() if not name.startswith("GGUF.")}
+    assert ours.metadata == expected and any(isinstance(v, list) and len(v) > 100 for v in expected.values())
+    assert list(ours.tensors) == [t.name for t in reference.tensors]
+    for t in reference.tensors:
+        assert ours.tensor_shape(t.name) == tuple(reversed(t.shape.tolist()))
+        assert ours.tensor_type(t.name) == t.tensor_type
+        assert np.array_equal(ours.raw(t.name), np.asarray(t.data).reshape(-1).view(np.uint8))

@@ -1,17 +1,19 @@
-"""A wall-clock run on an oversubscribed machine says so (summary, printed table, report), and the
-KV-usage plot is scaled to the range the run used (issue 23)."""
+"""A wall-clock run on an oversubscribed machine says so (summary, printed table, report), the
+KV-usage plot is scaled to the range the run used, and every plot has units and the run's config (issue 23)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
 from forge.config import compose_config
 from forge.main import format_summary, oversubscription_warning, run_offline
-from forge.results.report import kv_axis_top, write_report
+from forge.results.report import kv_axis_top, report_figures, write_report
 
 
 def test_oversubscription_is_a_load_average_above_the_cores() -> None:
@@ -64,3 +66,19 @@ def test_the_kv_axis_tops_at_100_for_a_full_pool() -> None:
     assert kv_axis_top(full) == 100.0
     assert kv_axis_top(full.assign(kv_token_slots=[0, 0])) == 100.0  # nothing used: the whole pool
     assert kv_axis_top(full.assign(kv_token_slots=[1, 3])) == 5.0
+
+
+def test_every_plot_has_units_and_the_runs_key_config_in_its_title(run_dir: Path) -> None:
+    figures = report_figures(run_dir)
+    assert set(figures) == {"latency_cdf.png", "batch.png", "kv_usage.png"}
+    run = "model=synthetic · scheduler=fcfs · kvcache=paged (block 16) · clock=simulated (h100) · workload=poisson"
+    for name, fig in figures.items():
+        title = fig.get_suptitle()
+        assert run in title and "8 requests, " in title and " req/s)" in title, (name, title)
+        for ax in fig.axes:
+            if ax.get_xlabel():  # a shared x axis is labelled once, on the lowest plot
+                assert re.search(r"\((s|ms)\)$", ax.get_xlabel()), (name, ax.get_xlabel())
+            assert re.search(r"\((count|0-1)\)$|^% of", ax.get_ylabel()), (name, ax.get_ylabel())
+        assert any(ax.get_xlabel() for ax in fig.axes)
+        plt.close(fig)
+    assert f"Run: {run}" in write_report(run_dir).read_text()

@@ -8,68 +8,21 @@ dequantized tensor is checked for NaN/inf when it is loaded.
 
 from __future__ import annotations
 
-import math
+import mmap
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, ReaderField, ReaderTensor
+from gguf import GGMLQuantizationType
 
 from forge.models.gguf_quants import SUPPORTED_TYPES, dequantize
+from forge.models.gguf_reader import GGUFParseError, TensorInfo, parse
 
 
 class GGUFError(ValueError):
     """A GGUF file that cannot be used, with the path and the reason in the message."""
-
-
-class _Truncated(Exception):
-    """Raised inside the reader; ``GGUFFile`` turns it into a ``GGUFError`` with the path."""
-
-
-class _RangeCheckedReader(GGUFReader):
-    """``GGUFReader`` that checks, before mapping anything, that the bytes it is about to read
-    lie within the file: a truncated file is reported as such, not as a numpy reshape error."""
-
-    def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> Any:
-        end = offset + int(count) * np.dtype(dtype).itemsize
-        if end > len(self.data):
-            raise _Truncated(f"the header needs bytes [{offset}, {end}) but the file has {len(self.data)}")
-        return super()._get(offset, dtype, count, override_order)
-
-    def _build_tensors(self, start_offs: int, fields: list[ReaderField]) -> None:
-        for field in fields:
-            _name_len, name_data, _n_dims, dims, raw_dtype, offset = field.parts
-            try:
-                block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_dtype[0]))]
-            except (ValueError, KeyError):
-                continue  # the reader names the unknown type itself
-            begin = int(start_offs) + int(offset[0])
-            end = begin + math.prod(int(d) for d in dims) * type_size // block_size
-            if end > len(self.data):
-                name = bytes(name_data).decode("utf-8", errors="replace")
-                raise _Truncated(f"tensor {name!r} needs bytes [{begin}, {end}) but the file has {len(self.data)}")
-        super()._build_tensors(start_offs, fields)
-
-
-def _field_value(field: ReaderField) -> Any:
-    """A metadata field as str / int / float / bool, or a list of those."""
-    if not field.types:
-        return None
-    kind = field.types[0]
-    if kind == GGUFValueType.ARRAY:
-        inner = field.types[-1]
-        if inner == GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        if not field.data:
-            return []
-        # Numeric arrays: the parts are one-element numpy arrays; concatenate once.
-        return np.concatenate([field.parts[i] for i in field.data]).tolist()
-    if kind == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
-    value = field.parts[field.data[0]][0]
-    return bool(value) if kind == GGUFValueType.BOOL else value.item()
 
 
 class GGUFFile:
@@ -80,15 +33,16 @@ class GGUFFile:
         if not os.path.isfile(self.path):
             raise GGUFError(f"{self.path}: no such GGUF file")
         try:
-            self._reader = _RangeCheckedReader(self.path, "r")
-        except _Truncated as exc:
-            raise GGUFError(f"{self.path}: truncated: {exc}") from exc
-        except Exception as exc:  # numpy/struct errors on garbage or truncated headers
+            with open(self.path, "rb") as handle:
+                self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            parsed = parse(self._map)
+        except GGUFParseError as exc:
+            reason = f"truncated: {exc}" if exc.truncated else f"not a readable GGUF file ({exc})"
+            raise GGUFError(f"{self.path}: {reason}") from exc
+        except (OSError, ValueError, UnicodeError) as exc:  # an empty file cannot be mapped
             raise GGUFError(f"{self.path}: not a readable GGUF file ({type(exc).__name__}: {exc})") from exc
-        self.metadata: dict[str, Any] = {
-            name: _field_value(field) for name, field in self._reader.fields.items() if not name.startswith("GGUF.")
-        }
-        self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self._reader.tensors}
+        self.metadata: dict[str, Any] = parsed.metadata
+        self.tensors: dict[str, TensorInfo] = {t.name: t for t in parsed.tensors}
 
     @property
     def architecture(self) -> str:
@@ -103,11 +57,22 @@ class GGUFFile:
         return self.metadata[key]
 
     def tensor_type(self, name: str) -> GGMLQuantizationType:
-        return GGMLQuantizationType(self.tensors[name].tensor_type)
+        type_id = self.tensors[name].type_id
+        try:
+            return GGMLQuantizationType(type_id)
+        except ValueError:
+            raise GGUFError(f"{self.path}: tensor {name!r} has unknown GGML type {type_id}") from None
 
     def tensor_shape(self, name: str) -> tuple[int, ...]:
         """Shape in torch order (outermost first): ``[out, in]`` for a linear weight."""
-        return tuple(int(n) for n in reversed(self.tensors[name].shape.tolist()))
+        return tuple(reversed(self.tensors[name].dims))
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored bytes of tensor ``name``: a read-only view of the memory map."""
+        info = self.tensors[name]
+        if info.end is None:
+            raise GGUFError(f"{self.path}: tensor {name!r} has a type of unknown size ({info.type_id})")
+        return np.frombuffer(self._map, dtype=np.uint8, count=info.end - info.begin, offset=info.begin)
 
     def check_types(self) -> None:
         """Fail early, naming every tensor whose type has no dequantizer."""
@@ -126,7 +91,7 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: no tensor named {name!r}")
         qtype = self.tensor_type(name)
         try:
-            tensor = dequantize(self.tensors[name].data, qtype, self.tensor_shape(name))
+            tensor = dequantize(self.raw(name), qtype, self.tensor_shape(name))
         except (NotImplementedError, ValueError) as exc:
             raise GGUFError(f"{self.path}: tensor {name!r}: {exc}") from exc
         # A finite sum proves every element finite (NaN and inf propagate) at a twentieth of the

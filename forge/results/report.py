@@ -1,4 +1,5 @@
-"""``report.md`` and PNG plots for a run directory, made from its files alone.
+"""``report.md`` and PNG plots for a run directory, made from its files alone; every plot has units on
+its axes and the run's key config (``forge.results.run_label``) in its title.
 
 ``python -m forge.results.report RUN_DIR`` regenerates them."""
 
@@ -15,6 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+
+from forge.results.run_label import run_label
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E latency"))
 KV_PARTS = (
@@ -26,36 +30,36 @@ KV_PARTS = (
 
 
 def _cdf(ax: Any, values: np.ndarray, title: str) -> None:
+    ax.set_xlabel(f"{title} (ms)")
+    ax.set_ylabel("fraction of samples (0-1)")
     if values.size == 0:
         ax.set_title(f"{title} (no data)")
         return
     xs = np.sort(values) * 1e3
     ax.plot(xs, np.arange(1, xs.size + 1) / xs.size)
     ax.set_title(f"{title} CDF")
-    ax.set_xlabel("ms")
-    ax.set_ylabel("fraction of samples")
     ax.grid(alpha=0.3)
 
 
-def plot_latency_cdfs(requests: pd.DataFrame, path: Path) -> None:
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+def latency_cdf_figure(requests: pd.DataFrame, label: str) -> Figure:
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
     for ax, (key, title) in zip(axes.flat, LATENCIES, strict=True):
         if key == "itl":
             vals = np.asarray([x for lst in requests["itl"] for x in lst], dtype=float)
         else:
             vals = requests[key].dropna().to_numpy(dtype=float)
         _cdf(ax, vals, title)
+    fig.suptitle(f"Latency CDFs ({len(requests)} requests)\n{label}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
-def plot_batch(steps: pd.DataFrame, path: Path) -> None:
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+def batch_figure(steps: pd.DataFrame, label: str) -> Figure:
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
     t = steps["end_time"]
     ax1.plot(t, steps["num_seqs"], label="requests in batch")
     ax1.plot(t, steps["num_waiting"], label="waiting", alpha=0.7)
-    ax1.set_ylabel("requests")
+    ax1.set_ylabel("requests (count)")
     ax1.set_title("Batch size over time")
     ax1.legend()
     ax1.grid(alpha=0.3)
@@ -66,14 +70,14 @@ def plot_batch(steps: pd.DataFrame, path: Path) -> None:
         steps["num_draft_tokens"],
         labels=["prefill tokens", "decode tokens", "draft tokens"],
     )
-    ax2.set_ylabel("tokens per step")
+    ax2.set_ylabel("tokens per step (count)")
     ax2.set_xlabel("time (s)")
     ax2.set_title("Tokens per step")
     ax2.legend(loc="upper right")
     ax2.grid(alpha=0.3)
+    fig.suptitle(f"Batch and tokens per step ({len(steps)} steps)\n{label}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def kv_axis_top(steps: pd.DataFrame) -> float:
@@ -90,11 +94,11 @@ def kv_axis_top(steps: pd.DataFrame) -> float:
     return float(min(100.0, top))
 
 
-def plot_kv(steps: pd.DataFrame, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(10, 4))
+def kv_figure(steps: pd.DataFrame, label: str) -> Figure:
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     total = steps["kv_total_slots"].replace(0, np.nan)
     parts = [100 * steps[col] / total for col, _ in KV_PARTS]
-    ax.stackplot(steps["end_time"], *parts, labels=[label for _, label in KV_PARTS])
+    ax.stackplot(steps["end_time"], *parts, labels=[part for _, part in KV_PARTS])
     ax.set_ylim(0, kv_axis_top(steps))
     ax.set_xlabel("time (s)")
     ax.set_ylabel("% of KV slots")
@@ -102,9 +106,23 @@ def plot_kv(steps: pd.DataFrame, path: Path) -> None:
     ax.set_title(f"KV cache usage over time (pool: {pool:,} token slots; axis scaled to the used range)")
     ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
+    fig.suptitle(label, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def report_figures(run_dir: Path | str) -> dict[str, Figure]:
+    """The report's plots of the run in ``run_dir``, by file name (not saved; ``write_report`` saves
+    and closes them). Every axis names its unit; every figure's title names the run's key config
+    (``forge.results.run_label``)."""
+    run_dir = Path(run_dir)
+    label = run_label(run_dir)
+    steps = pd.read_parquet(run_dir / "steps.parquet")
+    return {
+        "latency_cdf.png": latency_cdf_figure(pd.read_parquet(run_dir / "requests.parquet"), label),
+        "batch.png": batch_figure(steps, label),
+        "kv_usage.png": kv_figure(steps, label),
+    }
 
 
 def _fmt(v: Any) -> str:
@@ -113,17 +131,17 @@ def _fmt(v: Any) -> str:
 
 def write_report(run_dir: Path | str) -> Path:
     run_dir = Path(run_dir)
-    requests = pd.read_parquet(run_dir / "requests.parquet")
-    steps = pd.read_parquet(run_dir / "steps.parquet")
     summary = json.loads((run_dir / "summary.json").read_text())
-    plot_latency_cdfs(requests, run_dir / "latency_cdf.png")
-    plot_batch(steps, run_dir / "batch.png")
-    plot_kv(steps, run_dir / "kv_usage.png")
+    for name, fig in report_figures(run_dir).items():
+        fig.savefig(run_dir / name, dpi=100)
+        plt.close(fig)
     lines = [
         f"# forge run report — `{run_dir.name}`",
         "",
         f"commit `{summary.get('commit', '?')}`, machine `{summary.get('machine', '?')}`, "
         f"clock: {summary.get('clock', '?')}. Config: `config.yaml` in this directory.",
+        "",
+        f"Run: {run_label(run_dir)}",
         "",
         *[f"> **warning:** {w}\n" for w in summary.get("warnings", [])],
         "| metric | value |",

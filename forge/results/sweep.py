@@ -1,7 +1,7 @@
 """Gather a sweep's runs into one DataFrame and write a sweep report.
 
 ``python -m forge.results.sweep MULTIRUN_DIR [--ttft-slo 2.0] [--tbt-slo 0.2]`` (also run automatically at the
-end of ``python run.py -m ...`` by ``SweepReportCallback``) reads every run directory below
+end of ``python run.py -m ...`` by ``forge.results.sweep_callback``) reads every run directory below
 MULTIRUN_DIR (one with ``summary.json``; its overrides from ``.hydra/overrides.yaml`` or
 ``overrides.yaml``), and writes ``sweep.parquet`` (one row per run: the overrides as columns, the
 summary, goodput and the mean KV breakdown), ``sweep_report.md`` and PNG plots into MULTIRUN_DIR.
@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import yaml
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
-
-log = logging.getLogger(__name__)
 
 
 def _pyplot() -> Any:
@@ -296,17 +291,6 @@ def write_sweep_report(sweep_dir: Path | str, ttft_slo: float = 2.0, tbt_slo: fl
     out = sweep_dir / "sweep_report.md"
     out.write_text("\n".join(lines))
     return out
-
-
-class SweepReportCallback(Callback):
-    """Writes the sweep report when a ``python run.py -m`` sweep ends (a failure only logs)."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        try:
-            log.info(f"sweep report: {write_sweep_report(sweep_dir)}")
-        except Exception as e:  # the runs themselves are done and saved; never fail the sweep here
-            log.warning(f"sweep report not written for {sweep_dir}: {e!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
