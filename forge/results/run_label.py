@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 LABEL_GROUPS = ("model", "scheduler", "kvcache", "clock", "workload")
-_CLASS_SUFFIXES = ("KVCache", "Clock", "Workload", "Model", "Policy")
+_CLASS_SUFFIXES = ("KVCache", "_kv_cache", "Clock", "Workload", "Model", "Policy")  # classes and factories
 
 
 def _choices(run_dir: Path) -> dict[str, str]:
