@@ -166,7 +166,11 @@ class CpuGraphs:
         created: list[torch.Tensor] = []
         self._capturing = graph
         try:
-            with _ForbidHostReads(), _RecordOps(graph, created):
+            # Inference mode off while recording: under it torch hands the dispatch mode composite
+            # ops (aten.reshape, aten.matmul, aten.to) instead of their primitives, and a replayed
+            # graph read kernel inputs that capture no longer held (NaN logits, token 0, on a
+            # batched Gemma-3 decode under the engine's inference mode). A GPU capture needs no such care.
+            with torch.inference_mode(False), _ForbidHostReads(), _RecordOps(graph, created):
                 yield graph
         finally:
             self._capturing = None
