@@ -548,3 +548,23 @@ def test_gemma3_greedy_equals_torch_backend(dev: Device) -> None:
     assert any(layer.window for layer in model.layers) and any(layer.window is None for layer in model.layers)
     prompts = [model.tokenizer.encode(p) for p in ("The capital of France is the city of", "def fibonacci(n):")]
     assert _greedy(model, dev.cuda, prompts, 3) == _greedy(model, dev.oracle, prompts, 3)
+
+
+@pytest.mark.parametrize("window", [4, None])
+def test_cuda_graph_replay_under_inference_mode_equals_torch_backend(dev: Device, window: int | None) -> None:
+    """The engine runs its steps under ``torch.inference_mode``: a toy Gemma-3 (q/k norms over strided
+    heads; windowed and full layers) decoding 4 prompts in a captured bucket of 4 gives TorchBackend's
+    tokens (the CPU layer's replays read freed memory there: NaN logits, token 0)."""
+    from forge.kernels.cuda_graphs import GraphRunner
+    from tests.window_fixtures import tiny_gemma3
+
+    model = tiny_gemma3(dtype=torch.float32, window=window or 64, num_layers=3, device=dev.name)
+    prompts = [p[:10] for p in PROMPTS]
+    steps = 3
+    want = _greedy(model, dev.oracle, prompts, steps, block_size=4)
+    graphed = dev.backend(cuda_graphs=True)
+    per_seq = math.ceil((max(len(p) for p in prompts) + steps + 1) / 4)
+    kv = graphed.allocate_kv_cache(model.kv_spec, 1 + per_seq * len(prompts), 4)
+    runner = GraphRunner(model, kv, graphed, max_num_seqs=4, max_blocks_per_seq=per_seq, warmup_runs=0)
+    with torch.inference_mode():
+        assert _greedy(model, graphed, prompts, steps, block_size=4, runner=runner) == want

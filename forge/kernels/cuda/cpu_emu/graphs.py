@@ -80,14 +80,17 @@ class _RecordOps(TorchDispatchMode):
         if func in HOST_READ_OPS:
             raise HostReadDuringCapture(f"{func} reads device data on the host during graph capture")
         out = func(*args, **kwargs)
-        if func.is_view:
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        outputs = _tensors(out)
+        # A view op whose results alias its inputs is not recorded. Under inference mode torch hands
+        # the mode composite ops marked as views (aten.reshape, aten.to) that may copy: such a copy
+        # is recorded like any created tensor (else replays read memory capture no longer holds).
+        if func.is_view and all(t.untyped_storage().data_ptr() in inputs for t in outputs):
             return out
         if func._schema.is_mutable:
             self.graph.ops.append(lambda: func(*args, **kwargs))
             return out
-        outputs = _tensors(out)
         if outputs:
-            inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
             self.created.extend(t for t in outputs if t.untyped_storage().data_ptr() not in inputs)
             self.graph.ops.append(lambda: _copy_into(outputs, _tensors(func(*args, **kwargs))))
         return out
