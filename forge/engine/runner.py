@@ -52,7 +52,7 @@ class ModelRunner:
         # The backend decides how the forward runs (eager, or e.g. replaying CUDA graphs).
         self.forward = backend.model_forward(model, self.kv_caches, max_num_seqs, -(-max_model_len // block_size))
         # The swap space: the same layout in host memory.
-        shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        shape = spec.cache_shape(num_cpu_blocks, block_size)
         self.cpu_kv_caches: list[KVLayer] = [
             (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
             for _ in range(spec.num_layers if num_cpu_blocks else 0)
