@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.kernels.kv_quant import SCALE_BYTES
 from forge.kernels.batch import ForwardBatch
+from forge.kernels.kv_quant import SCALE_BYTES
 from forge.tokenizers.base import Tokenizer
 
 

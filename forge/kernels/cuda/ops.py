@@ -364,9 +364,7 @@ class CudaOps:
         if meta.has_prefill:
             tokens_per_block = PREFILL_ROWS // gqa
             grid = (_ceil_div(meta.max_query_len, tokens_per_block), meta.num_seqs, kv_heads)
-            fn = self.lib.function(
-                "prefill_attention.cu", "prefill_attention", dtype, head_dim=head_dim, gqa=gqa, **kv
-            )
+            fn = self.lib.function("prefill_attention.cu", "prefill_attention", dtype, head_dim=head_dim, gqa=gqa, **kv)
             smem = 4 * (
                 PREFILL_ROWS * head_dim
                 + PREFILL_BLOCK_N * (2 * head_dim + 1)
