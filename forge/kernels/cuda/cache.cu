@@ -30,7 +30,6 @@ extern "C" __global__ void reshape_and_cache(
     }
 }
 
-#if FORGE_KV != 0
 // The same write into a quantized cache (kv_quant.cuh): k_cache, v_cache are
 // [num_blocks, block_size, num_kv_heads, head_dim + 4] bytes; slot s's row for KV head h starts at
 // byte (s * num_kv_heads + h) * (head_dim + 4). Grid (num_tokens, num_kv_heads), one warp: lanes
@@ -68,4 +67,3 @@ extern "C" __global__ void reshape_and_cache_quant(
         if (threadIdx.x == 0) kv_store_scale(dst, head_dim, scale);
     }
 }
-#endif

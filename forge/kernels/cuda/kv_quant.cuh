@@ -13,24 +13,29 @@
 #define FORGE_KV 0
 #endif
 
-#if FORGE_KV == 1
-#define KV_MAX 127.0f
-#elif FORGE_KV == 2
-#define KV_MAX 448.0f
-#elif FORGE_KV == 3
-#define KV_MAX 57344.0f
-#elif FORGE_KV != 0
+#if FORGE_KV < 0 || FORGE_KV > 3
 #error "FORGE_KV must be 0 (none), 1 (int8), 2 (fp8 e4m3) or 3 (fp8 e5m2)"
+#endif
+
+// The codec below: FORGE_KV's, and int8's in a FORGE_KV=0 build (where cache.cu's quantizing
+// kernel is compiled but never launched: the CPU layer builds every kernel a source defines).
+#define KV_CODEC (FORGE_KV == 0 ? 1 : FORGE_KV)
+
+#if KV_CODEC == 1
+#define KV_MAX 127.0f
+#elif KV_CODEC == 2
+#define KV_MAX 448.0f
+#else
+#define KV_MAX 57344.0f
 #endif
 
 #define KV_SCALE_BYTES 4
 
-#if FORGE_KV != 0
 // One stored byte as the unscaled value it holds.
 __device__ __forceinline__ float kv_decode(unsigned char b) {
-#if FORGE_KV == 1
+#if KV_CODEC == 1
     return (float)(signed char)b;
-#elif FORGE_KV == 2
+#elif KV_CODEC == 2
     const unsigned int e = (b >> 3) & 0xfu, m = b & 7u;
     const float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;  // 2^-9
     return (b & 0x80u) ? -v : v;
@@ -43,14 +48,14 @@ __device__ __forceinline__ float kv_decode(unsigned char b) {
 
 // y (|y| <= KV_MAX) as the byte that stores it.
 __device__ __forceinline__ unsigned char kv_encode(float y) {
-#if FORGE_KV == 1
+#if KV_CODEC == 1
     return (unsigned char)(signed char)(int)rintf(y);
 #else
     const unsigned int sign = (__float_as_uint(y) >> 24) & 0x80u;
     const float a = fabsf(y);
     unsigned int u = __float_as_uint(a);
     unsigned int out;
-#if FORGE_KV == 2
+#if KV_CODEC == 2
     if (a < 0.015625f) {  // below e4m3's smallest normal 2^-6: multiples of 2^-9 (8 is 2^-6 itself)
         out = (unsigned int)rintf(a * 512.0f);
     } else {  // round the mantissa to 3 bits, nearest-even; a carry bumps the exponent
@@ -81,4 +86,3 @@ __device__ __forceinline__ void kv_store_scale(unsigned char* __restrict__ row, 
 #pragma unroll
     for (int i = 0; i < KV_SCALE_BYTES; ++i) row[head_dim + i] = (unsigned char)(bits >> (8 * i));
 }
-#endif

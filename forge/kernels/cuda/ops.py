@@ -128,7 +128,7 @@ class CudaOps:
         _require(k_cache.is_contiguous() and v_cache.is_contiguous(), "KV caches must be contiguous")
         _require(slot_mapping.dtype == torch.int64, "slot_mapping must be int64")
         tokens, kv_heads, head_dim = key.shape
-        k_stride, v_stride = _heads(key, "key"), _heads(value, "value")
+        key_stride, value_stride = _heads(key, "key"), _heads(value, "value")
         _require(
             k_cache.shape[2:] == (kv_heads, head_dim_of(k_cache) + SCALE_BYTES)
             and head_dim_of(k_cache) == head_dim
@@ -145,8 +145,8 @@ class CudaOps:
             ptr(k_cache),
             ptr(v_cache),
             ptr(slot_mapping),
-            i64(k_stride),
-            i64(v_stride),
+            i64(key_stride),
+            i64(value_stride),
             i32(kv_heads),
             i32(head_dim),
         )
