@@ -1,4 +1,4 @@
-"""The CPU layer is sensitive: six kinds of GPU bug, planted in copies of forge's kernel sources and
+"""The CPU layer is sensitive: seven kinds of GPU bug, planted in copies of forge's kernel sources and
 launch code, are each caught (a wrong result, or a launch error naming the problem), while the
 same check passes on the unmodified sources."""
 
