@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from forge import LLM, SamplingParams
+from forge.cli import serve_overrides
+from forge.config import KV_CACHE_DTYPES as CONFIG_KV_CACHE_DTYPES
 from forge.config import ConfigError, compose_config
 from forge.engine.build import build_engine
 from forge.kernels.base import KVSpec
@@ -191,3 +193,12 @@ def test_a_backend_that_cannot_store_the_dtype_is_a_config_error() -> None:
     compose_config([target, "engine.kv_cache_dtype=bfloat16"])
     with pytest.raises(ConfigError, match=r"engine.kv_cache_dtype=fp8: backend .*FloatKVOnlyBackend cannot store it"):
         compose_config([target, "engine.kv_cache_dtype=fp8"])
+
+
+def test_config_names_are_the_kernels_names() -> None:
+    assert ("auto", *KV_CACHE_DTYPES) == CONFIG_KV_CACHE_DTYPES
+
+
+def test_serve_takes_vllms_kv_cache_dtype_flag() -> None:
+    overrides, _ = serve_overrides(["smollm2", "--kv-cache-dtype", "fp8"])
+    assert "engine.kv_cache_dtype=fp8" in overrides
