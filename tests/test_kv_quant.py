@@ -18,6 +18,7 @@ from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
 from forge.kernels.kv_quant import FORMATS, KV_CACHE_DTYPES, dequantize, quantize
 from forge.kernels.torch_backend import TorchBackend
+from forge.sim.clock import SimulatedClock
 from tests.attention_helpers import paged_batch
 
 QUANTIZED = [f.storage for f in FORMATS]
@@ -172,6 +173,7 @@ def test_a_preset_clock_model_keeps_the_kv_dtype() -> None:
     engine = build_engine(
         compose_config(["model=tiny", "clock=simulated", "clock.model=llama-3-8b", "engine.kv_cache_dtype=int8"])
     )
+    assert isinstance(engine.clock, SimulatedClock)
     assert engine.clock.model_dims.kv_quantized and engine.clock.model_dims.num_layers == 32
 
 
