@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from forge.config import compose_config
@@ -69,7 +70,9 @@ def _run(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> li
     return requests
 
 
-def _continuation_logprobs(engine: Engine, prompts: list[list[int]], continuations: list[list[int]]) -> list[list[float]]:
+def _continuation_logprobs(
+    engine: Engine, prompts: list[list[int]], continuations: list[list[int]]
+) -> list[list[float]]:
     """Each continuation token's logprob given the prompt and the continuation before it."""
     params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0)
     full = [p + c for p, c in zip(prompts, continuations, strict=True)]
@@ -81,14 +84,14 @@ def _continuation_logprobs(engine: Engine, prompts: list[list[int]], continuatio
     return out
 
 
-def measure(model: str = "smollm2", num_prompts: int = 16, num_tokens: int = 64) -> list[KVAccuracy]:
+def measure(model: str = "smollm2", num_prompts: int = 16, num_tokens: int = 64) -> Iterator[KVAccuracy]:
+    """One row per quantized dtype, each as soon as it is measured."""
     exact = _engine(model, "auto")
     tok = exact.tokenizer
     prompts = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(num_prompts)]
     greedy = SamplingParams(max_tokens=num_tokens, temperature=0, ignore_eos=True)
     reference = [r.output_token_ids for r in _run(exact, prompts, greedy)]
     ref_lp = _continuation_logprobs(exact, prompts, reference)
-    rows = []
     for name in DTYPES:
         engine = _engine(model, name)
         outs = [r.output_token_ids for r in _run(engine, prompts, greedy)]
@@ -97,8 +100,7 @@ def measure(model: str = "smollm2", num_prompts: int = 16, num_tokens: int = 64)
             agree += next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
         lp = _continuation_logprobs(engine, prompts, reference)
         deltas = [abs(x - y) for xs, ys in zip(ref_lp, lp, strict=True) for x, y in zip(xs, ys, strict=True)]
-        rows.append(KVAccuracy(name, agree, num_prompts * num_tokens, sum(deltas) / len(deltas)))
-    return rows
+        yield KVAccuracy(name, agree, num_prompts * num_tokens, sum(deltas) / len(deltas))
 
 
 def main() -> None:
@@ -107,11 +109,12 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=64)
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()}")
+    print(f"load average at start: {os.getloadavg()}", flush=True)
     for row in measure(args.model, args.prompts, args.tokens):
         print(
             f"{row.kv_cache_dtype:9s} greedy agreement {row.agreeing_tokens}/{row.total_tokens} "
-            f"({100 * row.agreement:.1f} %), mean |dlogprob| {row.mean_abs_dlogprob:.4f}"
+            f"({100 * row.agreement:.1f} %), mean |dlogprob| {row.mean_abs_dlogprob:.4f}",
+            flush=True,
         )
     print(f"load average at end: {os.getloadavg()}")
 
