@@ -2,7 +2,7 @@
 
     forge run [overrides ...]          a run (Hydra's command line: overrides, -m sweeps, --cfg job, ...)
     forge serve [MODEL] [overrides] [--port N --host H --max-num-seqs N --max-model-len N --block-size N
-                --tensor-parallel-size N --served-model-name NAME --api-key KEY]
+                --tensor-parallel-size N --kv-cache-dtype DTYPE --served-model-name NAME --api-key KEY]
                                        mode=serve; the vLLM flags are mapped onto the config
     forge bench serve [args]           the ``vllm bench serve``-style client (benchmarks/serve.py)
     forge bench startup [args]         import / model load / first-token times (benchmarks/startup.py)
@@ -46,6 +46,7 @@ SERVE_FLAGS = {
     "--max-model-len": "engine.max_model_len",
     "--block-size": "kvcache.block_size",
     "--tensor-parallel-size": "engine.tensor_parallel_size",
+    "--kv-cache-dtype": "engine.kv_cache_dtype",
     "--served-model-name": "server.served_model_name",
 }
 API_KEY_FLAG = "--api-key"

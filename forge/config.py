@@ -25,8 +25,9 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling")
 
 
-# engine.kv_cache_dtype: "auto" stores K/V in the model's dtype.
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# engine.kv_cache_dtype: "auto" stores K/V in the model's dtype; int8 and fp8 (= fp8_e4m3, as in
+# vLLM) quantize them with a scale per token and KV head (forge.kernels.kv_quant).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8", "fp8", "fp8_e4m3", "fp8_e5m2")
 # model.dtype (and drafter.model.dtype): the floating-point dtypes the models compute in.
 MODEL_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # engine.max_model_len=null: this many tokens, or the model's context length if that is shorter.
@@ -156,6 +157,20 @@ def _check_kvcache_sizes(cfg: DictConfig) -> None:
         raise ConfigError(f"kvcache.num_cpu_blocks must be null or an integer >= 0, got {cpu_blocks!r}")
 
 
+def _check_backend_kv_dtype(cfg: DictConfig) -> None:
+    """``engine.kv_cache_dtype`` must be one the backend stores (its class's ``kv_cache_dtypes``)."""
+    name = cfg.engine.kv_cache_dtype
+    backend = cfg.get("backend")
+    if name == "auto" or not isinstance(backend, DictConfig) or "_target_" not in backend:
+        return
+    supported = getattr(get_object(backend._target_), "kv_cache_dtypes", None)
+    if supported is not None and name not in supported:
+        raise ConfigError(
+            f"engine.kv_cache_dtype={name}: backend {backend._target_} cannot store it "
+            f"(it takes auto, {', '.join(sorted(supported))})"
+        )
+
+
 def _check_clock_presets(cfg: DictConfig) -> None:
     """``clock.model`` names a dims preset; an unknown one would only fail once the model is loaded."""
     clock = cfg.get("clock")
@@ -241,5 +256,6 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"engine.distributed_timeout_s must be > 0, got {e.distributed_timeout_s}")
     if e.tensor_parallel_size > 1:
         _check_tensor_parallel(cfg, e.tensor_parallel_size)
+    _check_backend_kv_dtype(cfg)
     if e.kv_cache_memory_gib <= 0:
         raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")

@@ -45,6 +45,16 @@ ATTENTION_BUILDS = [
     (torch.bfloat16, 128, 4),
     (torch.float16, 256, 8),
 ]
+# Quantized KV caches (FORGE_KV: 1 int8, 2 fp8 e4m3, 3 fp8 e5m2), at SmolLM2-135M's attention shape:
+# (source, activation dtype, format). Every format's writer and reader, each attention kernel once.
+KV_BUILDS = [
+    ("cache.cu", torch.float32, 1),
+    ("cache.cu", torch.bfloat16, 2),
+    ("cache.cu", torch.float16, 3),
+    ("paged_attention.cu", torch.float32, 1),
+    ("paged_attention.cu", torch.bfloat16, 3),
+    ("prefill_attention.cu", torch.float32, 2),
+]
 NVRTC_HEADERS = {"cuda_fp16.h", "cuda_bf16.h"}
 
 
@@ -55,6 +65,9 @@ def _builds() -> list[tuple[str, dict[str, int]]]:
             builds += [(source, defines_for(dt, head_dim=d, gqa=g)) for dt, d, g in ATTENTION_BUILDS]
         else:
             builds += [(source, defines_for(dtype)) for dtype in DTYPE_CODES]
+    for source, dt, kv in KV_BUILDS:
+        shape = {"head_dim": 64, "gqa": 3} if source in ATTENTION_SOURCES else {}
+        builds.append((source, defines_for(dt, kv=kv, **shape)))
     return builds
 
 

@@ -340,6 +340,60 @@ def test_backend_attention_matches_torch_backend_in_dtype(dev: Device) -> None:
     assert_close(got, want, dtype, scale=2.0)
 
 
+# -- quantized KV cache (engine.kv_cache_dtype=int8 / fp8) ------------------------------------
+# CI runs int8 under float32 activations (the write, decode and prefill kernels, a window); the
+# fp8 formats and the other activation dtypes are the full matrix.
+KV_QUANT = [torch.int8, full(torch.float8_e4m3fn), full(torch.float8_e5m2)]
+KV_QUANT_IDS = ["int8", "fp8_e4m3", "fp8_e5m2"]
+
+
+@pytest.mark.parametrize("kv_dtype", KV_QUANT, ids=KV_QUANT_IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, full(torch.float16), full(torch.bfloat16)])
+def test_reshape_and_cache_quantized(dev: Device, dtype: torch.dtype, kv_dtype: torch.dtype) -> None:
+    """The kernel's bytes (values and scales) are TorchBackend's (``kv_quant.quantize``), bit for
+    bit, at the written slots, and nothing else is written."""
+    cuda, oracle, device = dev.cuda, dev.oracle, dev.name
+    num_blocks, block_size, kv_heads, head_dim, tokens = 12, 16, 3, 64, 50
+    qkv = torch.randn(tokens, 5 * kv_heads * head_dim, device=device, dtype=dtype)
+    key = qkv[:, : kv_heads * head_dim].view(tokens, kv_heads, head_dim)
+    value = qkv[:, kv_heads * head_dim : 2 * kv_heads * head_dim].view(tokens, kv_heads, head_dim) * 1e-3
+    key[7, 1] = 0  # an all-zero row: scale 0
+    slots = torch.randperm(num_blocks * block_size, device=device)[:tokens]
+    slots[3] = -1  # graph padding: skipped
+    shape = (num_blocks, block_size, kv_heads, head_dim + 4)
+    caches = [torch.full(shape, 0xA5, dtype=torch.uint8, device=device).view(kv_dtype) for _ in range(2)]
+    expected = [c.clone() for c in caches]
+    cuda.write_kv((caches[0], caches[1]), key, value, slots)
+    keep = slots >= 0
+    oracle.write_kv((expected[0], expected[1]), key[keep], value[keep], slots[keep])
+    for got, want in zip(caches, expected, strict=True):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def check_quantized_attention(dev: Device, dtype, kv_dtype, query, k_cache, v_cache, meta, window=None) -> None:
+    """The kernels over int8/fp8 caches against TorchBackend over their dequantized float32 values.
+    Slots outside every context were NaN before quantizing: NaN scales, so a stray read is NaN."""
+    from forge.kernels.kv_quant import dequantize, quantize
+
+    cuda, oracle, device = dev.cuda, dev.oracle, dev.name
+    kq, vq = quantize(k_cache, kv_dtype), quantize(v_cache, kv_dtype)
+    scale = query.shape[-1] ** -0.5
+    out = poisoned(query.shape, dtype, device)
+    cuda.ops.attention(out, query, kq, vq, cuda._device_meta(meta), scale, window)
+    dense = (dequantize(kq).nan_to_num(), dequantize(vq).nan_to_num())
+    assert_close(out, oracle.attention(query.float(), dense, meta, scale, window), dtype)
+
+
+@pytest.mark.parametrize("kv_dtype", KV_QUANT, ids=KV_QUANT_IDS)
+@pytest.mark.parametrize("dtype,window", [(torch.float32, None), (torch.float32, 37), full(torch.bfloat16, None)])
+def test_attention_over_quantized_cache(dev: Device, dtype, kv_dtype, window) -> None:
+    """Decode rows (one and several partitions) and prefill chunks over cached prefixes, in one step."""
+    query_lens = [37, 1, 100, 2, 1, 300, 5]
+    seq_lens = [37, 90, 613, 50, 1100, 300, 1029]
+    case = attention_case(dtype, 16, 2, 4, 64, query_lens, seq_lens, seed=11, device=dev.name)
+    check_quantized_attention(dev, dtype, kv_dtype, *case, window=window)
+
+
 # -- quantized weights ------------------------------------------------------------------------
 def _quantized(kind: str, in_f: int, out_f: int, seed: int, device: str):
     from forge.kernels.cuda.quant import quantize_q8_0, random_q4_k

@@ -1,4 +1,4 @@
-"""The CPU layer is sensitive: six kinds of GPU bug, planted in copies of forge's kernel sources and
+"""The CPU layer is sensitive: seven kinds of GPU bug, planted in copies of forge's kernel sources and
 launch code, are each caught (a wrong result, or a launch error naming the problem), while the
 same check passes on the unmodified sources."""
 
@@ -18,7 +18,14 @@ from forge.kernels.cuda import sources
 from forge.kernels.cuda.cpu_emu import CpuCuda, CudaLaunchError
 from forge.kernels.cuda_backend import CudaBackend
 from forge.kernels.torch_backend import TorchBackend
-from tests.test_cuda_kernels import Device, assert_close, attention_case, check_attention, poisoned
+from tests.test_cuda_kernels import (
+    Device,
+    assert_close,
+    attention_case,
+    check_attention,
+    check_quantized_attention,
+    poisoned,
+)
 
 DTYPE = torch.float32
 
@@ -48,6 +55,11 @@ def check_decode(dev: Device) -> None:
 def check_prefill(dev: Device) -> None:
     case = attention_case(DTYPE, 16, 2, 4, 64, [40, 9], [40, 100], seed=2, device="cpu")
     check_attention(dev, DTYPE, *case)
+
+
+def check_decode_int8_cache(dev: Device) -> None:
+    case = attention_case(DTYPE, 16, 2, 4, 64, [1] * 3, [7, 300, 600], seed=3, device="cpu")
+    check_quantized_attention(dev, DTYPE, torch.int8, *case)
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,14 @@ MUTATIONS = [
         "p_s[warp * BLOCK_N + lane] = p;\n            __syncwarp();",
         "p_s[warp * BLOCK_N + lane] = p;",
         check_prefill,
+        "",
+    ),
+    Mutation(
+        "int8 cache's V rows read without their scale",
+        "paged_attention.cu",
+        "const float vd = kv_at(v, d) * v_scale;",
+        "const float vd = kv_at(v, d);",
+        check_decode_int8_cache,
         "",
     ),
     Mutation(

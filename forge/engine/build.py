@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -19,8 +18,9 @@ from forge.engine.engine import Engine
 from forge.engine.runner import ModelRunner
 from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
+from forge.kernels.kv_quant import KV_CACHE_DTYPES, is_quantized
 from forge.kvcache.base import KVCacheManager
-from forge.models.base import Model
+from forge.models.base import Model, ModelDims
 from forge.policies.base import Policy
 from forge.sched.scheduler import Scheduler, SchedulerLimits
 from forge.sim.clock import Clock, SimulatedClock
@@ -52,7 +52,7 @@ def auto_num_blocks(
     layout (the same memory), never more than every sequence holds with its windows freed."""
     if isinstance(clock, SimulatedClock):
         dims = clock.model_dims
-        per_token = 2 * dims.num_layers * dims.num_kv_heads * dims.head_dim * dims.bytes_per_param
+        per_token = dims.kv_bytes_per_token
         budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param
     else:
         per_token = spec.bytes_per_token()
@@ -70,13 +70,26 @@ def auto_num_blocks(
 
 
 def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
-    """The model's KV layout, in ``engine.kv_cache_dtype`` unless that is ``auto``."""
+    """The model's KV layout, in ``engine.kv_cache_dtype`` unless that is ``auto``. A model whose
+    cache holds no K/V (``model=synthetic``: token ids) keeps it; int8/fp8 then quantize only the
+    transformer it simulates (``simulated_dims``)."""
     name = cfg.engine.get("kv_cache_dtype", "auto")
     if name == "auto":
         return model.kv_spec
+    dtype = KV_CACHE_DTYPES[name]
     if not model.kv_spec.dtype.is_floating_point:
+        if is_quantized(dtype):
+            return model.kv_spec
         raise ConfigError(f"engine.kv_cache_dtype={name}: this model's cache holds {model.kv_spec.dtype}, keep auto")
-    return dataclasses.replace(model.kv_spec, dtype=getattr(torch, name))
+    return dataclasses.replace(model.kv_spec, dtype=dtype)
+
+
+def simulated_dims(cfg: DictConfig, model: Model) -> ModelDims:
+    """The dims the clock charges: the model's, with KV values in one byte plus their scale's share
+    when ``engine.kv_cache_dtype`` is int8/fp8 (the float dtypes keep ``bytes_per_param``)."""
+    name = cfg.engine.get("kv_cache_dtype", "auto")
+    quantized = name != "auto" and is_quantized(KV_CACHE_DTYPES[name])
+    return dataclasses.replace(model.dims, kv_quantized=quantized) if quantized else model.dims
 
 
 def build_kvcache(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int) -> KVCacheManager:
@@ -124,7 +137,8 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         model = make("model", cfg.model, device=str(backend.device))
     max_model_len = max_model_len_for(cfg, model.max_position)
     clock: Clock = make("clock", cfg.clock)
-    clock.bind(model.dims)
+    dims = simulated_dims(cfg, model)
+    clock.bind(dims)
     kv_spec = kv_spec_for(cfg, model)
     kv = build_kvcache(cfg, model, kv_spec, clock, max_model_len)
     policy: Policy = make("scheduler", cfg.scheduler)
@@ -171,7 +185,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             kv_groups=kv.kv_groups,
         )
     drafter = build_drafter(cfg, backend, model)
-    return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter)
+    return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter, dims=dims)
 
 
 def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:

@@ -12,6 +12,7 @@ from tqdm import tqdm
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.runner import ModelRunner
+from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
 from forge.sched.beam import BeamSearches
 from forge.sched.fork import fan_out, output_ids
@@ -55,7 +56,10 @@ class Engine:
         clock: Clock,
         recorder: MetricsRecorder | None = None,
         drafter: Drafter | None = None,
+        dims: ModelDims | None = None,
     ) -> None:
+        """``dims``: what the clock charges for (the model's own when None; ``build_engine`` passes
+        them with the KV cache's dtype)."""
         self.scheduler = scheduler
         self.runner = runner
         self.clock = clock
@@ -64,7 +68,7 @@ class Engine:
         self.drafter = drafter
         self.spec_stats = SpecDecodeStats()
         self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
-        clock.bind(runner.model.dims)
+        clock.bind(dims or runner.model.dims)
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -71,7 +71,7 @@ class ModelRunner:
         else:
             self.forward = lambda batch: model.forward(batch, self.kv_caches, backend)
         # The swap space: the same layout in host memory.
-        shape = (num_cpu_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        shape = spec.cache_shape(num_cpu_blocks, block_size)
         self.cpu_kv_caches: list[KVLayer] = [
             (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
             for _ in range(page.num_layers if num_cpu_blocks else 0)

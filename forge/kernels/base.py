@@ -14,22 +14,31 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from forge.kernels.kv_quant import KV_CACHE_DTYPES, is_quantized, row_width
+
 if TYPE_CHECKING:
     from forge.kernels.batch import ForwardBatch
 
 
 @dataclass(frozen=True)
 class KVSpec:
-    """Shape of the KV cache a model needs."""
+    """Shape of the KV cache a model needs. ``dtype``: what the cache stores; a quantized one
+    (``forge.kernels.kv_quant``: int8, fp8) stores each (token, KV head) row as ``head_dim`` one-byte
+    values followed by its float32 scale."""
 
     num_layers: int
     num_kv_heads: int
     head_dim: int
     dtype: torch.dtype
 
+    def cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
+        """The shape of one layer's K (or V) pool."""
+        return (num_blocks, block_size, self.num_kv_heads, row_width(self.dtype, self.head_dim))
+
     def bytes_per_token(self) -> int:
+        """Bytes one token takes in the cache over all layers, K and V, scales included."""
         itemsize = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+        return 2 * self.num_layers * self.num_kv_heads * row_width(self.dtype, self.head_dim) * itemsize
 
 
 KVLayer = tuple[torch.Tensor, torch.Tensor]
@@ -73,15 +82,19 @@ class ForwardModel(Protocol):
 
 
 class KernelBackend(ABC):
-    """Reference semantics are those of ``TorchBackend``; other backends must match them."""
+    """Reference semantics are those of ``TorchBackend``; other backends must match them.
+
+    ``kv_cache_dtypes``: the ``engine.kv_cache_dtype`` names the backend can store and read (the
+    config refuses the others before anything loads)."""
 
     name: str = "base"
+    kv_cache_dtypes: frozenset[str] = frozenset(KV_CACHE_DTYPES)
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = torch.device(device)
 
     def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:
-        shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        shape = spec.cache_shape(num_blocks, block_size)
         return [
             (
                 torch.zeros(shape, dtype=spec.dtype, device=self.device),
@@ -108,12 +121,15 @@ class KernelBackend(ABC):
         src_ids = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=src[0][0].device)
         dst_ids = torch.tensor([d for _, d in pairs], dtype=torch.long, device=dst[0][0].device)
         for (sk, sv), (dk, dv) in zip(src, dst, strict=True):
-            dk.index_copy_(0, dst_ids, sk.index_select(0, src_ids).to(dk.device))
-            dv.index_copy_(0, dst_ids, sv.index_select(0, src_ids).to(dv.device))
+            for s, d in ((sk, dk), (sv, dv)):
+                if is_quantized(s.dtype):  # bytes: torch has no index_copy for fp8 on the CPU
+                    s, d = s.view(torch.uint8), d.view(torch.uint8)
+                d.index_copy_(0, dst_ids, s.index_select(0, src_ids).to(d.device))
 
     @abstractmethod
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Store ``key``/``value`` ``[T, kv_heads, head_dim]`` at flat slots ``slot_mapping [T]``."""
+        """Store ``key``/``value`` ``[T, kv_heads, head_dim]`` at flat slots ``slot_mapping [T]``,
+        quantized (``forge.kernels.kv_quant.quantize``) when the cache's dtype is int8 or fp8."""
 
     @abstractmethod
     def attention(
@@ -121,6 +137,7 @@ class KernelBackend(ABC):
     ) -> torch.Tensor:
         """Causal attention of ``query [T, heads, head_dim]`` over each request's cached context
         (its new tokens already written). GQA when heads > kv_heads. Returns ``[T, heads, head_dim]``.
+        A quantized cache is read as ``forge.kernels.kv_quant.dequantize`` of its rows.
 
         ``window`` (sliding-window attention): the query at position p attends only to positions
         ``p - window + 1 .. p`` (its own and the ``window - 1`` before it); None attends to all."""

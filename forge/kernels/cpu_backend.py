@@ -6,8 +6,9 @@ sliding window lets it see); TorchBackend instead
 gathers every context into a padded copy before ``scaled_dot_product_attention``, which at
 large batches moves several times the KV bytes. Rows of more than one token (prefill chunks,
 speculative verification) keep TorchBackend's path. The kernel reads float32 or bfloat16 K/V
-(``engine.kv_cache_dtype=bfloat16`` halves the bytes it reads); other cache dtypes, or
-queries that are not float32, fall back to TorchBackend's decode path.
+(``engine.kv_cache_dtype=bfloat16`` halves the bytes it reads) and int8 / fp8 rows with their
+scales in place (``int8``, ``fp8``, ``fp8_e5m2``: a quarter of float32's bytes plus the scales);
+float16 caches, or queries that are not float32, fall back to TorchBackend's decode path.
 
 Constructing it compiles the kernel on first use (``cc``, about a second, cached) and raises a
 ``RuntimeError`` naming what is missing when that fails (use ``backend=torch`` there).

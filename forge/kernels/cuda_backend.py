@@ -21,6 +21,7 @@ import torch
 
 from forge.kernels.base import AttentionMetadata, ForwardModel, KernelBackend, KVLayer, KVSpec, PackedLinear
 from forge.kernels.cuda.quant import QuantizedWeight
+from forge.kernels.kv_quant import is_quantized
 
 if TYPE_CHECKING:
     from forge.kernels.batch import ForwardBatch
@@ -110,14 +111,17 @@ class CudaBackend(KernelBackend):
     def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:
         from forge.kernels.cuda.sources import dtype_code
 
-        dtype_code(spec.dtype)  # fail early on float64
+        if not is_quantized(spec.dtype):
+            dtype_code(spec.dtype)  # fail early on float64
         return super().allocate_kv_cache(spec, num_blocks, block_size)
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         k_cache, v_cache = kv
         if slot_mapping.dtype != torch.int64:
             slot_mapping = slot_mapping.to(torch.int64)
-        key, value = _kv_layout(key.to(k_cache.dtype)), _kv_layout(value.to(v_cache.dtype))
+        if not is_quantized(k_cache.dtype):  # int8/fp8: the kernel quantizes from the activations' dtype
+            key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
+        key, value = _kv_layout(key), _kv_layout(value)
         self.ops.reshape_and_cache(key, value, k_cache, v_cache, slot_mapping)
 
     # -- attention --------------------------------------------------------------------------
@@ -125,7 +129,7 @@ class CudaBackend(KernelBackend):
         self, query: torch.Tensor, kv: KVLayer, meta: AttentionMetadata, scale: float, window: int | None = None
     ) -> torch.Tensor:
         k_cache, v_cache = kv
-        q = _kv_layout(query.to(k_cache.dtype))
+        q = _kv_layout(query if is_quantized(k_cache.dtype) else query.to(k_cache.dtype))
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         self.ops.attention(out, q, k_cache, v_cache, self._device_meta(meta), scale, window)
         return out.to(query.dtype)

@@ -6,17 +6,24 @@ import torch
 import torch.nn.functional as F
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
+from forge.kernels.kv_quant import dequantize, is_quantized, write_rows
 
 
 def gather_context(kv: KVLayer, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``seq_len`` cached K and V rows of one request, ``[seq_len, kv_heads, head_dim]``."""
+    """The first ``seq_len`` cached K and V rows of one request, ``[seq_len, kv_heads, head_dim]``
+    (float32, dequantized, from a quantized cache)."""
     k_cache, v_cache = kv
     block_size = k_cache.shape[1]
     nblocks = -(-seq_len // block_size)
     blocks = block_table[:nblocks]
-    k = k_cache[blocks].flatten(0, 1)[:seq_len]
-    v = v_cache[blocks].flatten(0, 1)[:seq_len]
+    k = readable(k_cache.index_select(0, blocks).flatten(0, 1)[:seq_len])
+    v = readable(v_cache.index_select(0, blocks).flatten(0, 1)[:seq_len])
     return k, v
+
+
+def readable(rows: torch.Tensor) -> torch.Tensor:
+    """Cache rows as attention reads them: dequantized to float32 from int8/fp8, else as they are."""
+    return dequantize(rows) if is_quantized(rows.dtype) else rows
 
 
 class TorchBackend(KernelBackend):
@@ -31,6 +38,10 @@ class TorchBackend(KernelBackend):
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         k_cache, v_cache = kv
+        if is_quantized(k_cache.dtype):
+            write_rows(k_cache, key, slot_mapping)
+            write_rows(v_cache, value, slot_mapping)
+            return
         if key.dtype != k_cache.dtype:
             key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
         k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, key)
@@ -75,13 +86,14 @@ class TorchBackend(KernelBackend):
         lens = meta.seq_lens_cpu if idx is None else [meta.seq_lens_cpu[i] for i in idx.tolist()]
         max_len = max(lens)
         nblocks = -(-max_len // block_size)
-        b, h, kvh, d = q.shape[0], q.shape[1], k_cache.shape[2], k_cache.shape[3]
+        b, h, kvh, d = q.shape[0], q.shape[1], k_cache.shape[2], q.shape[2]
+        row = k_cache.shape[3]  # d, or d + the scale's bytes in a quantized cache
         tables = meta.block_tables[:, :nblocks] if idx is None else meta.block_tables[idx, :nblocks]
         # index_select on the flat block list copies whole blocks: several times cheaper than
         # advanced indexing with a 2-D index.
         flat = tables.reshape(-1)
-        k = k_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
-        v = v_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, d)[:, :max_len]
+        k = readable(k_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, row)[:, :max_len])
+        v = readable(v_cache.index_select(0, flat).view(b, nblocks * block_size, kvh, row)[:, :max_len])
         if k.dtype != q.dtype:
             k, v = k.to(q.dtype), v.to(q.dtype)
         if b == 1:  # batch-1 decode: two small batched matmuls over the KV heads beat SDPA's fixed cost

@@ -10,6 +10,7 @@ import torch
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
 from forge.kernels.batch import ForwardBatch
+from forge.kernels.kv_quant import SCALE_BYTES
 from forge.tokenizers.base import Tokenizer
 
 
@@ -30,6 +31,19 @@ class ModelDims:
     bytes_per_param: float = 2.0
     num_experts: int = 1
     experts_per_token: int = 1
+    kv_quantized: bool = False
+
+    @property
+    def kv_value_bytes(self) -> float:
+        """Bytes one cached K or V value takes: ``bytes_per_param``, or with an int8/fp8 KV cache
+        (``kv_quantized``, ``forge.kernels.kv_quant``) one byte plus its row's float32 scale shared
+        by ``head_dim`` values."""
+        return 1 + SCALE_BYTES / self.head_dim if self.kv_quantized else self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Bytes one token's K and V take over all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_value_bytes
 
     @classmethod
     def of(cls, config: Any, bytes_per_param: float) -> ModelDims:

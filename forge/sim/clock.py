@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import mul
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,7 @@ class RooflineCostModel(CostModel):
         self.linear_params = d.active_params - 2 * head  # a mixture of experts computes with its active ones
         self.head_params = head
         self.attn_flops_per_pair = 4 * d.num_layers * d.num_heads * d.head_dim
-        self.kv_bytes_per_token = 2 * d.num_layers * d.num_kv_heads * d.head_dim * d.bytes_per_param
+        self.kv_bytes_per_token = d.kv_bytes_per_token  # in the KV cache's dtype
         self.weight_bytes = d.num_params * d.bytes_per_param
 
     def step_time(self, batch: BatchShape) -> float:
@@ -358,7 +358,11 @@ class SimulatedClock(PredictedClock):
             OperatorConstants.load(hardware)  # an unknown GPU fails here, at build time
 
     def bind(self, model: ModelDims) -> None:
-        self._dims = model if self._preset == "auto" else model_dims(self._preset)
+        # A preset's transformer keeps the bound engine's KV cache dtype (int8/fp8 or not).
+        if self._preset == "auto":
+            self._dims = model
+        else:
+            self._dims = replace(model_dims(self._preset), kv_quantized=model.kv_quantized)
         if self._cost is not None:
             return
         if self.profile_dir is not None:

@@ -120,7 +120,7 @@ class OperatorCostModel(SummedCostModel):
         self.embed_s = d.hidden_size * bpp / c.mem_bw
         kv_heads = max(d.num_kv_heads // n, 1)
         self.kv_heads = kv_heads  # on one GPU
-        self.kv_bytes = 2 * kv_heads * d.head_dim * bpp  # per token of context, per layer
+        self.kv_bytes = 2 * kv_heads * d.head_dim * d.kv_value_bytes  # per token of context, per layer
         self.pair_flop_s = 4 * (d.num_heads // n) * d.head_dim / (c.peak_flops * c.prefill_attn_flops_efficiency)
         self.hidden_bytes = d.hidden_size * bpp
 

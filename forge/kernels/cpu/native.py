@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from forge.core.cache import cache_dir
+from forge.kernels.kv_quant import head_dim_of
 
 HERE = Path(__file__).parent
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c11")
@@ -94,8 +95,8 @@ def library() -> ctypes.CDLL:
     except OSError as exc:
         raise NativeKernelsUnavailable(f"loading {target} failed: {exc}") from exc
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    for name in ("forge_paged_decode_attention_f32", "forge_paged_decode_attention_bf16"):
-        fn = getattr(lib, name)
+    for suffix in KV_DTYPES.values():
+        fn = getattr(lib, f"forge_paged_decode_attention_{suffix}")
         fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr, i64, i64, i64, i64, i64, ctypes.c_float, i64, ctypes.c_int]
         fn.restype = ctypes.c_int
     lib.forge_quantize_rows.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_int]
@@ -113,7 +114,15 @@ def available() -> bool:
     return True
 
 
-KV_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+# The cache dtypes the decode kernel reads; the last three are quantized rows with their scale
+# (forge.kernels.kv_quant).
+KV_DTYPES = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.int8: "i8",
+    torch.float8_e4m3fn: "e4m3",
+    torch.float8_e5m2: "e5m2",
+}
 
 
 def paged_decode_attention(
@@ -127,20 +136,21 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """Attention of one query row per request, ``q [B, heads, head_dim]`` float32, over each
     request's first ``seq_lens[b]`` cached tokens (only the last ``window`` of them when given),
-    read in place from ``k_cache``/``v_cache`` ``[num_blocks, block_size, kv_heads, head_dim]``
-    (float32 or bfloat16) through ``block_tables [B, >= blocks needed]``. Returns
-    ``[B, heads, head_dim]`` float32."""
+    read in place from ``k_cache``/``v_cache`` ``[num_blocks, block_size, kv_heads, row]``
+    (float32 or bfloat16 with row = head_dim; int8 or fp8 rows of head_dim values and their scale,
+    row = head_dim + 4, ``forge.kernels.kv_quant``) through ``block_tables [B, >= blocks needed]``.
+    Returns ``[B, heads, head_dim]`` float32."""
     suffix = KV_DTYPES.get(k_cache.dtype)
     if suffix is None or q.dtype != torch.float32 or v_cache.dtype != k_cache.dtype:
         raise TypeError(
-            f"paged_decode_attention: float32 queries over float32/bfloat16 K/V, got "
+            "paged_decode_attention: float32 queries over float32/bfloat16/int8/fp8 K/V, got "
             f"{q.dtype} over {k_cache.dtype}/{v_cache.dtype}"
         )
     if q.device.type != "cpu" or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("paged_decode_attention: CPU tensors and contiguous K/V caches only")
     b, heads, head_dim = q.shape
     kv_heads = k_cache.shape[2]
-    if heads % kv_heads or k_cache.shape[3] != head_dim or seq_lens.shape[0] != b:
+    if heads % kv_heads or head_dim_of(k_cache) != head_dim or seq_lens.shape[0] != b:
         raise ValueError(
             f"paged_decode_attention: shapes q {tuple(q.shape)}, cache {tuple(k_cache.shape)}, "
             f"seq_lens {tuple(seq_lens.shape)} do not fit"

@@ -3,7 +3,9 @@
  *
  * Layouts (all contiguous):
  *   q, out        [num_seqs, num_heads, head_dim]                 float32
- *   k_cache/v_cache [num_blocks, block_size, num_kv_heads, head_dim] float32 or bfloat16
+ *   k_cache/v_cache [num_blocks, block_size, num_kv_heads, row]    float32 or bfloat16 (row = head_dim),
+ *                   or int8 / fp8 e4m3 / fp8 e5m2 bytes (row = head_dim + 4: the values, then the row's
+ *                   float32 scale; forge/kernels/kv_quant.py): a value reads as decode(byte) * scale
  *   block_tables  [num_seqs, table_stride]                         int64
  *   seq_lens      [num_seqs]                                       int64 (>= 1)
  * Query head j attends with KV head j / (num_heads / num_kv_heads) (GQA). With window > 0 (sliding-
@@ -21,6 +23,42 @@
 
 static inline float load_f32(const float *p, int64_t i) { return p[i]; }
 
+static inline float load_i8(const int8_t *p, int64_t i) { return (float)p[i]; }
+
+static inline float bits_to_float(uint32_t u)
+{
+    union { uint32_t u; float f; } c;
+    c.u = u;
+    return c.f;
+}
+
+/* fp8 e4m3 (bias 7, 3 mantissa bits, no infinities; forge never stores its NaN): exponent 0 is
+ * subnormal, m * 2^-9. */
+static inline float load_e4m3(const uint8_t *p, int64_t i)
+{
+    const uint32_t b = p[i], e = (b >> 3) & 0xf, m = b & 7;
+    const float v = e ? bits_to_float(((e + 120) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+    return b & 0x80 ? -v : v;
+}
+
+/* fp8 e5m2 (bias 15, 2 mantissa bits; forge never stores inf/NaN): exponent 0 is m * 2^-16. */
+static inline float load_e5m2(const uint8_t *p, int64_t i)
+{
+    const uint32_t b = p[i], e = (b >> 2) & 0x1f, m = b & 3;
+    const float v = e ? bits_to_float(((e + 112) << 23) | (m << 21)) : (float)m * 0x1p-16f;
+    return b & 0x80 ? -v : v;
+}
+
+/* The scale of a row: 1 for float rows (ROW_EXTRA 0), the float32 after the values otherwise. */
+#define NO_SCALE(row, head_dim) 1.f
+static inline float row_scale(const void *row, int64_t head_dim)
+{
+    float s;
+    memcpy(&s, (const uint8_t *)row + head_dim, sizeof s);
+    return s;
+}
+#define BYTE_SCALE(row, head_dim) row_scale(row, head_dim)
+
 static inline float load_bf16(const uint16_t *p, int64_t i)
 {
     union { uint32_t u; float f; } c;
@@ -31,13 +69,14 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
 /* Attention of the query heads [h0, h1) of request s (a multiple of the group size) over its positions
  * [first, len) (all of them unless a window cuts the front off), reading each block's rows of those
  * heads in order. */
-#define DEFINE_ATTEND(NAME, T, LOAD)                                                               \
+#define DEFINE_ATTEND(NAME, T, LOAD, ROW_EXTRA, SCALE)                                            \
     static int NAME(const float *q, const T *k_cache, const T *v_cache, const int64_t *table,      \
                     int64_t len, int64_t window, float *out, int64_t h0, int64_t h1,               \
                     int64_t num_kv_heads, int64_t group, int64_t head_dim, int64_t block_size,     \
                     float scale)                                                                   \
     {                                                                                              \
-        const int64_t token_stride = num_kv_heads * head_dim;                                      \
+        const int64_t row_width = head_dim + (ROW_EXTRA);                                          \
+        const int64_t token_stride = num_kv_heads * row_width;                                     \
         const int64_t block_stride = block_size * token_stride;                                    \
         const int64_t heads = h1 - h0;                                                             \
         if (len <= 0) {                                                                            \
@@ -55,12 +94,12 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
             const int64_t n = len - start < block_size ? len - start : block_size;                 \
             for (int64_t i = start < first ? first - start : 0; i < n; ++i) {                      \
                 for (int64_t hq = h0; hq < h1; ++hq) {                                             \
-                    const T *k = kb + i * token_stride + (hq / group) * head_dim;                  \
+                    const T *k = kb + i * token_stride + (hq / group) * row_width;                 \
                     const float *qh = q + hq * head_dim;                                           \
                     float acc = 0.f;                                                               \
                     _Pragma("omp simd reduction(+ : acc)")                                         \
                     for (int64_t d = 0; d < head_dim; ++d) acc += qh[d] * LOAD(k, d);              \
-                    scores[(hq - h0) * count + start + i - first] = acc * scale;                   \
+                    scores[(hq - h0) * count + start + i - first] = acc * SCALE(k, head_dim) * scale; \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -85,8 +124,8 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
             const int64_t n = len - start < block_size ? len - start : block_size;                 \
             for (int64_t i = start < first ? first - start : 0; i < n; ++i) {                      \
                 for (int64_t hq = h0; hq < h1; ++hq) {                                             \
-                    const T *v = vb + i * token_stride + (hq / group) * head_dim;                  \
-                    const float p = scores[(hq - h0) * count + start + i - first];                 \
+                    const T *v = vb + i * token_stride + (hq / group) * row_width;                 \
+                    const float p = scores[(hq - h0) * count + start + i - first] * SCALE(v, head_dim); \
                     float *oh = out + hq * head_dim;                                               \
                     _Pragma("omp simd")                                                            \
                     for (int64_t d = 0; d < head_dim; ++d) oh[d] += p * LOAD(v, d);                \
@@ -121,8 +160,14 @@ static inline float load_bf16(const uint16_t *p, int64_t i)
         return failed;                                                                             \
     }
 
-DEFINE_ATTEND(attend_f32, float, load_f32)
-DEFINE_ATTEND(attend_bf16, uint16_t, load_bf16)
+DEFINE_ATTEND(attend_f32, float, load_f32, 0, NO_SCALE)
+DEFINE_ATTEND(attend_bf16, uint16_t, load_bf16, 0, NO_SCALE)
+DEFINE_ATTEND(attend_i8, int8_t, load_i8, 4, BYTE_SCALE)
+DEFINE_ATTEND(attend_e4m3, uint8_t, load_e4m3, 4, BYTE_SCALE)
+DEFINE_ATTEND(attend_e5m2, uint8_t, load_e5m2, 4, BYTE_SCALE)
 
 DEFINE_PAGED_DECODE_ATTENTION(forge_paged_decode_attention_f32, attend_f32, float)
 DEFINE_PAGED_DECODE_ATTENTION(forge_paged_decode_attention_bf16, attend_bf16, uint16_t)
+DEFINE_PAGED_DECODE_ATTENTION(forge_paged_decode_attention_i8, attend_i8, int8_t)
+DEFINE_PAGED_DECODE_ATTENTION(forge_paged_decode_attention_e4m3, attend_e4m3, uint8_t)
+DEFINE_PAGED_DECODE_ATTENTION(forge_paged_decode_attention_e5m2, attend_e5m2, uint8_t)

@@ -15,6 +15,7 @@ import torch
 
 from forge.kernels.cuda.compiler import KernelLibrary, f32, i32, i64, ptr
 from forge.kernels.cuda.quant import GGMLType, QuantizedWeight
+from forge.kernels.kv_quant import SCALE_BYTES, head_dim_of, is_quantized, quant_format
 
 # Must match the #defines in the .cu files.
 PARTITION_SIZE = 512  # paged_attention.cu
@@ -88,6 +89,9 @@ class CudaOps:
         v_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
+        if is_quantized(k_cache.dtype):
+            self._reshape_and_cache_quant(key, value, k_cache, v_cache, slot_mapping)
+            return
         dtype = _same_dtype(key, value, k_cache, v_cache)
         _require(k_cache.is_contiguous() and v_cache.is_contiguous(), "KV caches must be contiguous")
         _require(slot_mapping.dtype == torch.int64, "slot_mapping must be int64")
@@ -109,6 +113,44 @@ class CudaOps:
             i32(row),
         )
         self.lib.launch(fn, (tokens,), (min(1024, _round_up(row, 32)),), args)
+
+    def _reshape_and_cache_quant(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """``key``/``value`` (float32/16, bfloat16) quantized into int8/fp8 caches (``kv_quant``)."""
+        dtype = _same_dtype(key, value)
+        _same_dtype(k_cache, v_cache)
+        _require(k_cache.is_contiguous() and v_cache.is_contiguous(), "KV caches must be contiguous")
+        _require(slot_mapping.dtype == torch.int64, "slot_mapping must be int64")
+        tokens, kv_heads, head_dim = key.shape
+        key_stride, value_stride = _heads(key, "key"), _heads(value, "value")
+        _require(
+            k_cache.shape[2:] == (kv_heads, head_dim_of(k_cache) + SCALE_BYTES)
+            and head_dim_of(k_cache) == head_dim
+            and value.shape == key.shape
+            and v_cache.shape == k_cache.shape,
+            "key/value do not match the cache",
+        )
+        if tokens == 0:
+            return
+        fn = self.lib.function("cache.cu", "reshape_and_cache_quant", dtype, kv=quant_format(k_cache.dtype).code)
+        args = (
+            ptr(key),
+            ptr(value),
+            ptr(k_cache),
+            ptr(v_cache),
+            ptr(slot_mapping),
+            i64(key_stride),
+            i64(value_stride),
+            i32(kv_heads),
+            i32(head_dim),
+        )
+        self.lib.launch(fn, (tokens, kv_heads), (32,), args)
 
     # -- norms -----------------------------------------------------------------------------
     def rms_norm(self, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
@@ -235,10 +277,16 @@ class CudaOps:
         """Decode requests (query_len 1) through the partitioned paged kernel (+ reduce),
         the others through the prefill kernel; together they write every row of ``out``.
         ``window``: sliding-window attention over the last ``window`` positions (None: all)."""
-        dtype = _same_dtype(out, query, k_cache, v_cache)
+        quantized = is_quantized(k_cache.dtype)
+        if quantized:  # int8/fp8 rows with their scales (kv_quant); the kernels compute in query's dtype
+            dtype = _same_dtype(out, query)
+            _same_dtype(k_cache, v_cache)
+        else:
+            dtype = _same_dtype(out, query, k_cache, v_cache)
+        kv = {"kv": quant_format(k_cache.dtype).code} if quantized else {}
         tokens, heads, head_dim = query.shape
-        _, block_size, kv_heads, cache_dim = k_cache.shape
-        _require(cache_dim == head_dim and heads % kv_heads == 0, "query does not match the KV cache")
+        _, block_size, kv_heads, _ = k_cache.shape
+        _require(head_dim_of(k_cache) == head_dim and heads % kv_heads == 0, "query does not match the KV cache")
         _require(k_cache.is_contiguous() and v_cache.is_contiguous(), "KV caches must be contiguous")
         _require(out.is_contiguous() and out.shape == query.shape, "out must be contiguous like query")
         _require(
@@ -280,7 +328,9 @@ class CudaOps:
             exp_sums = torch.empty(rows, dtype=torch.float32, device=out.device)
             max_logits = torch.empty(rows, dtype=torch.float32, device=out.device)
             tmp_out = torch.empty(rows * head_dim, dtype=torch.float32, device=out.device)
-            fn = self.lib.function("paged_attention.cu", "paged_attention_decode", dtype, head_dim=head_dim, gqa=gqa)
+            fn = self.lib.function(
+                "paged_attention.cu", "paged_attention_decode", dtype, head_dim=head_dim, gqa=gqa, **kv
+            )
             smem = 4 * gqa * (head_dim + max(PARTITION_SIZE, DECODE_WARPS * head_dim))
             args: tuple[Any, ...] = (
                 ptr(out),
@@ -296,7 +346,9 @@ class CudaOps:
             self.lib.launch(fn, (kv_heads, meta.num_seqs, parts), (DECODE_THREADS,), args, shared_mem=smem)
             # Launched even when parts == 1: it is what turns a too-small host bound into NaN
             # rows instead of rows nobody wrote.
-            fn = self.lib.function("paged_attention.cu", "paged_attention_reduce", dtype, head_dim=head_dim, gqa=gqa)
+            fn = self.lib.function(
+                "paged_attention.cu", "paged_attention_reduce", dtype, head_dim=head_dim, gqa=gqa, **kv
+            )
             args = (
                 ptr(out),
                 ptr(exp_sums),
@@ -312,7 +364,7 @@ class CudaOps:
         if meta.has_prefill:
             tokens_per_block = PREFILL_ROWS // gqa
             grid = (_ceil_div(meta.max_query_len, tokens_per_block), meta.num_seqs, kv_heads)
-            fn = self.lib.function("prefill_attention.cu", "prefill_attention", dtype, head_dim=head_dim, gqa=gqa)
+            fn = self.lib.function("prefill_attention.cu", "prefill_attention", dtype, head_dim=head_dim, gqa=gqa, **kv)
             smem = 4 * (
                 PREFILL_ROWS * head_dim
                 + PREFILL_BLOCK_N * (2 * head_dim + 1)

@@ -43,8 +43,8 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_decode
     float* __restrict__ max_logits,          // [num_seqs, num_heads, max_partitions]
     float* __restrict__ tmp_out,             // [num_seqs, num_heads, max_partitions, HEAD_DIM]
     const scalar_t* __restrict__ query,      // [tokens, num_heads, HEAD_DIM], token stride q_stride
-    const scalar_t* __restrict__ k_cache,
-    const scalar_t* __restrict__ v_cache,
+    const cache_t* __restrict__ k_cache,
+    const cache_t* __restrict__ v_cache,
     const int* __restrict__ block_tables,    // [num_seqs, bt_stride]
     const int* __restrict__ seq_lens,        // [num_seqs]
     const int* __restrict__ query_start_loc, // [num_seqs + 1]
@@ -90,20 +90,30 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_decode
 #pragma unroll
     for (int g = 0; g < GQA; ++g) thread_max[g] = neg_inf();
     for (int t = tid; t < n; t += NUM_THREADS) {
-        const scalar_t* k = k_cache + cache_offset(table, start + t, block_size, num_kv_heads, kv_head);
+        const cache_t* k = k_cache + cache_offset(table, start + t, block_size, num_kv_heads, kv_head);
         float dot[GQA];
 #pragma unroll
         for (int g = 0; g < GQA; ++g) dot[g] = 0.0f;
 #pragma unroll
         for (int d0 = 0; d0 < HEAD_DIM; d0 += FORGE_VEC) {
             float kv[FORGE_VEC];
+#if FORGE_KV == 0
             load_vec(k + d0, kv);
+#else  // byte rows are only 4-byte aligned (HEAD_DIM + 4 bytes long): plain loads
+#pragma unroll
+            for (int i = 0; i < FORGE_VEC; ++i) kv[i] = kv_at(k, d0 + i);
+#endif
 #pragma unroll
             for (int g = 0; g < GQA; ++g) {
 #pragma unroll
                 for (int i = 0; i < FORGE_VEC; ++i) dot[g] += q_s[g * HEAD_DIM + d0 + i] * kv[i];
             }
         }
+#if FORGE_KV != 0
+        const float k_scale = kv_scale(k);
+#pragma unroll
+        for (int g = 0; g < GQA; ++g) dot[g] *= k_scale;
+#endif
 #pragma unroll
         for (int g = 0; g < GQA; ++g) {
             logits[g * PARTITION_SIZE + t] = dot[g];
@@ -135,12 +145,19 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) paged_attention_decode
         for (int j = 0; j < DIMS_PER_LANE; ++j) acc[g][j] = 0.0f;
     }
     for (int t = warp; t < n; t += NUM_WARPS) {
-        const scalar_t* v = v_cache + cache_offset(table, start + t, block_size, num_kv_heads, kv_head);
+        const cache_t* v = v_cache + cache_offset(table, start + t, block_size, num_kv_heads, kv_head);
+#if FORGE_KV != 0
+        const float v_scale = kv_scale(v);
+#endif
 #pragma unroll
         for (int j = 0; j < DIMS_PER_LANE; ++j) {
             const int d = lane + FORGE_WARP * j;
             if (d < HEAD_DIM) {
+#if FORGE_KV == 0
                 const float vd = to_float(v[d]);
+#else
+                const float vd = kv_at(v, d) * v_scale;
+#endif
 #pragma unroll
                 for (int g = 0; g < GQA; ++g) acc[g][j] += logits[g * PARTITION_SIZE + t] * vd;
             }

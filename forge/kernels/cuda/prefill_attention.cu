@@ -26,8 +26,8 @@
 extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
     scalar_t* __restrict__ out,              // [tokens, num_heads, HEAD_DIM] contiguous
     const scalar_t* __restrict__ query,      // [tokens, num_heads, HEAD_DIM], token stride q_stride
-    const scalar_t* __restrict__ k_cache,
-    const scalar_t* __restrict__ v_cache,
+    const cache_t* __restrict__ k_cache,
+    const cache_t* __restrict__ v_cache,
     const int* __restrict__ block_tables,    // [num_seqs, bt_stride]
     const int* __restrict__ seq_lens,        // [num_seqs]
     const int* __restrict__ query_start_loc, // [num_seqs + 1]
@@ -96,9 +96,14 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS) prefill_attention(
             const int pos = kt + j;
             float kv = 0.0f, vv = 0.0f;
             if (pos < kv_end) {
-                const long long off = cache_offset(table, pos, block_size, num_kv_heads, kv_head) + d;
-                kv = to_float(k_cache[off]);
-                vv = to_float(v_cache[off]);
+                const long long row = cache_offset(table, pos, block_size, num_kv_heads, kv_head);
+#if FORGE_KV == 0
+                kv = to_float(k_cache[row + d]);
+                vv = to_float(v_cache[row + d]);
+#else
+                kv = kv_at(k_cache + row, d) * kv_scale(k_cache + row);
+                vv = kv_at(v_cache + row, d) * kv_scale(v_cache + row);
+#endif
             }
             k_s[j * K_STRIDE + d] = kv;
             v_s[j * HEAD_DIM + d] = vv;
