@@ -238,7 +238,8 @@ def run(out: Path, size: str) -> None:
                 f"16-bit values) / fp8 / int8, `kvcache.num_blocks` = {SIM_BUDGET_GIB} GiB of KV divided by the "
                 "preset's KV bytes per token in that dtype (`ModelDims.kv_bytes_per_token`: one byte per value "
                 "plus the per-token scale's share when quantized) times the block size. The preset's own "
-                "memory (H100 80 GB less the weights) is not used: it is ~56 GiB and never binds at this rate. "
+                "sizing (0.9 x the H100's 80 GB less the weights: many times this budget) is not used, so that "
+                "memory binds at this rate. "
                 "The simulated clock charges fp8 and int8 alike (one byte per value), so their rows are equal.",
                 f"- real: `{' '.join(real_overrides(size)[0])}` at {budget}, `kvcache.num_blocks=auto` sizing "
                 "the pool in each dtype's bytes (auto = the model's float32). Wall clock on a shared machine: "
