@@ -1,6 +1,6 @@
 """``python -m experiments.run <study> [--size small|tiny] [--out DIR]`` regenerates ``reports/<study>/``.
 
-Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing
+Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing, kv_memory
 (see each module's docstring).
 ``--size tiny`` is a smoke test (seconds; what the test suite runs into a temporary directory)."""
 
@@ -10,7 +10,16 @@ import argparse
 import importlib
 from pathlib import Path
 
-STUDIES = ("fig2_kv_usage", "chunked_prefill", "policies_load", "prefix_caching", "fidelity", "launchers", "kv_sharing")
+STUDIES = (
+    "fig2_kv_usage",
+    "chunked_prefill",
+    "policies_load",
+    "prefix_caching",
+    "fidelity",
+    "launchers",
+    "kv_sharing",
+    "kv_memory",
+)
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -17,3 +17,18 @@ def test_fig2_study_tiny(tmp_path) -> None:
     readme = (tmp_path / "README.md").read_text()
     assert "python -m experiments.run" in readme and "commit" in readme
     assert (tmp_path / "kv_breakdown.png").is_file() and (tmp_path / "batched_requests.png").is_file()
+
+
+def test_kv_memory_study_tiny(tmp_path) -> None:
+    from experiments.run import main
+
+    main(["kv_memory", "--size", "tiny", "--out", str(tmp_path)])
+    rows = pd.read_csv(tmp_path / "results.csv").to_dict("records")
+    tokens = {(str(r["setup"]).split()[0], str(r["kv_cache_dtype"])): int(r["pool_tokens"]) for r in rows}
+    # the same 2 GiB hold about twice the tokens in one byte per value (less the scales' share)
+    assert 1.8 < tokens["sim", "int8"] / tokens["sim", "auto"] < 2.0
+    assert tokens["real", "int8"] > 2 * tokens["real", "auto"]
+    assert set(pd.read_csv(tmp_path / "accuracy.csv")["kv_cache_dtype"]) == {"int8", "fp8_e4m3", "fp8_e5m2"}
+    assert pd.read_csv(tmp_path / "window.csv")["same_tokens_as_off"].all()
+    readme = (tmp_path / "README.md").read_text()
+    assert "python -m experiments.run" in readme and "commit" in readme and "load average" in readme
