@@ -168,7 +168,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             cfg.seed,
             kv.kv_groups,
         )
-        runner = TensorParallelRunner(model, backend, cfg, setup, kv_spec)
+        runner = TensorParallelRunner(model, backend, cfg, setup)
     else:
         # A model that can compute on the host, with its cache on the host, runs without batch tensors.
         host = isinstance(model, HostModel) and backend.device.type == "cpu"

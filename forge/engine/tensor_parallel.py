@@ -26,7 +26,7 @@ from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.engine.engine import EngineDeadError
 from forge.engine.runner import ModelRunner
-from forge.kernels.base import KernelBackend, KVSpec
+from forge.kernels.base import KernelBackend
 from forge.models.base import Model
 from forge.models.decoder import DecoderModel
 from forge.parallel.group import DistributedGroup
@@ -51,6 +51,19 @@ class WorkerSetup:
     kv_dtype: torch.dtype
     seed: int
     kv_groups: KVCacheGroups | None = None
+
+    def runner_args(self, shard: Model) -> dict[str, Any]:
+        """``ModelRunner``'s arguments after the model and backend, for ``shard`` (its own KV heads)."""
+        return {
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "seed": self.seed,
+            "num_cpu_blocks": self.num_cpu_blocks,
+            "max_num_seqs": self.max_num_seqs,
+            "max_model_len": self.max_model_len,
+            "kv_spec": dataclasses.replace(shard.kv_spec, dtype=self.kv_dtype),
+            "kv_groups": self.kv_groups,
+        }
 
 
 def torchrun_env() -> tuple[int, int, str, int] | None:
@@ -96,14 +109,7 @@ def for_workers(sched: SchedulerOutput) -> SchedulerOutput:
 class TensorParallelRunner(ModelRunner):
     """Rank 0's runner over its shard of ``model`` (see the module doc). ``close`` stops the other ranks."""
 
-    def __init__(
-        self,
-        model: Model,
-        backend: KernelBackend,
-        cfg: DictConfig,
-        setup: WorkerSetup,
-        kv_spec: KVSpec,
-    ) -> None:
+    def __init__(self, model: Model, backend: KernelBackend, cfg: DictConfig, setup: WorkerSetup) -> None:
         if not isinstance(model, DecoderModel):
             raise TensorParallelError(f"{type(model).__name__} is not a decoder model: nothing to split")
         world = int(cfg.engine.tensor_parallel_size)
@@ -137,18 +143,7 @@ class TensorParallelRunner(ModelRunner):
             self.stop_workers()
             raise TensorParallelError(f"tensor-parallel start failed ({self.worker_status()}): {exc}") from exc
         shard = shard_decoder(model, self.group)
-        super().__init__(
-            shard,
-            backend,
-            setup.num_blocks,
-            setup.block_size,
-            seed=setup.seed,
-            num_cpu_blocks=setup.num_cpu_blocks,
-            max_num_seqs=setup.max_num_seqs,
-            max_model_len=setup.max_model_len,
-            kv_spec=dataclasses.replace(shard.kv_spec, dtype=kv_spec.dtype),
-            kv_groups=setup.kv_groups,
-        )
+        super().__init__(shard, backend, **setup.runner_args(shard))
 
     def worker_status(self) -> str:
         dead = [f"{p.name} exited with code {p.exitcode}" for p in self.workers if p.exitcode is not None]
@@ -202,18 +197,7 @@ def worker_main(container: dict[str, Any], rank: int, world: int, address: str, 
     group = DistributedGroup(rank, world, address, port, dist_backend, float(cfg.engine.distributed_timeout_s))
     setup: WorkerSetup = group.broadcast()
     shard = shard_decoder(model, group)
-    runner = ModelRunner(
-        shard,
-        backend,
-        setup.num_blocks,
-        setup.block_size,
-        seed=setup.seed,
-        num_cpu_blocks=setup.num_cpu_blocks,
-        max_num_seqs=setup.max_num_seqs,
-        max_model_len=setup.max_model_len,
-        kv_spec=dataclasses.replace(shard.kv_spec, dtype=setup.kv_dtype),
-        kv_groups=setup.kv_groups,
-    )
+    runner = ModelRunner(shard, backend, **setup.runner_args(shard))
     while (sched := group.broadcast()) is not None:
         runner.forward_logits(sched)
     group.close()
