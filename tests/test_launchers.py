@@ -15,6 +15,7 @@ from experiments.launchers import LAUNCHERS, POINTS, SWEEP, differing_columns, m
 TINY_SWEEP = [*SWEEP, *POINTS["tiny"]]
 
 
+@pytest.mark.slow  # ~25 s: each job is its own process
 @pytest.mark.skipif(
     importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
     reason="hydra-submitit-launcher is not installed (the sweep extra)",

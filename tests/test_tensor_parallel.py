@@ -130,15 +130,20 @@ def test_head_and_range_splits() -> None:
 def test_a_model_that_cannot_be_split_is_a_config_error(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         LLM(*overrides, "engine.tensor_parallel_size=4")
-    assert not multiprocessing.active_children()
+    assert not ranks()
+
+
+def ranks() -> list[multiprocessing.process.BaseProcess]:
+    """The tensor-parallel rank processes this process started that are still alive."""
+    return [c for c in multiprocessing.active_children() if c.name.startswith("tp-rank")]
 
 
 @pytest.fixture
 def no_stray_ranks() -> Iterator[None]:
     yield
-    for child in multiprocessing.active_children():
-        child.join(timeout=10)
-    assert not [c for c in multiprocessing.active_children() if c.name.startswith("tp-rank")]
+    for rank in ranks():
+        rank.join(timeout=10)
+    assert not ranks()
 
 
 PROMPTS = ["Hello there", "The quick brown fox", "a" * 40]
