@@ -94,9 +94,9 @@ def write_report(
         else:
             thr_rows.append([label, fig.cell(), compute_cell(fig, kind)])
     for kind in args.llama_files:
-        fig = res.grid.get((kind, args.requests))
-        if fig:
-            thr_rows.append([f"llama.cpp {kind} batched", fig.cell(), compute_cell(fig, LLAMA_COMPUTE[kind])])
+        batched = res.grid.get((kind, args.requests))
+        if batched:
+            thr_rows.append([f"llama.cpp {kind} batched", batched.cell(), compute_cell(batched, LLAMA_COMPUTE[kind])])
 
     def b1_row(label: str, end_to_end: Figure | None, wb: WeightBytes, kv: float) -> list[str]:
         decode = res.batch1_decode.get(label)
