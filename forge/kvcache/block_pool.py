@@ -86,13 +86,15 @@ class FreeBlockQueue:
 
 
 class BlockPool:
-    """Owns every block: reference counts, the free queue and the hash -> block map."""
+    """Owns every block: reference counts, the free queue and the hash -> block map.
+    ``num_shared``: blocks with more than one holder (while 0, no holder needs a per-block pass)."""
 
     def __init__(self, num_blocks: int, enable_caching: bool) -> None:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.enable_caching = enable_caching
         self.cached: dict[int, Block] = {}
+        self.num_shared = 0
 
     @property
     def num_free(self) -> int:
@@ -112,6 +114,8 @@ class BlockPool:
     def free(self, blocks: list[Block]) -> None:
         """Drop one reference from each, in order; blocks reaching 0 join the queue's tail."""
         for block in blocks:
+            if block.ref_cnt == 2:
+                self.num_shared -= 1
             block.ref_cnt -= 1
             assert block.ref_cnt >= 0, f"block {block.block_id} freed twice"
             if block.ref_cnt == 0:
@@ -124,6 +128,8 @@ class BlockPool:
         """Take a reference to a cached block (a prefix-cache hit)."""
         if block.ref_cnt == 0:
             self.free_queue.remove(block)
+        elif block.ref_cnt == 1:
+            self.num_shared += 1
         block.ref_cnt += 1
 
     def uncache(self, block: Block) -> None:

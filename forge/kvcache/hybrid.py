@@ -80,22 +80,11 @@ class HybridKVCache(KVCacheManager):
         self._swap_out: list[tuple[int, int]] = []
         self._copies: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
-        self._num_shared = 0
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.num_cow_copies = 0
         self.num_swapped_out = 0
         self.num_window_freed = 0
-
-    # -- pool references -----------------------------------------------------------------
-    def _acquire(self, block: Block) -> None:
-        if block.ref_cnt == 1:
-            self._num_shared += 1
-        self.pool.acquire(block)
-
-    def _release(self, blocks: list[Block]) -> None:
-        self._num_shared -= sum(1 for b in blocks if b.ref_cnt == 2)
-        self.pool.free(blocks)
 
     def _first_needed(self, group: int, position: int) -> int:
         """The first block a query at ``position`` reads in ``group`` (0 for full attention)."""
@@ -137,7 +126,7 @@ class HybridKVCache(KVCacheManager):
             for i in range(first, n):
                 block = self.pool.lookup(group_key(g, hashes[i]))
                 assert block is not None
-                self._acquire(block)
+                self.pool.acquire(block)
                 blocks.append(block)
             pages.blocks[g] = blocks
             pages.tables[g] = [NULL_BLOCK if b is None else b.block_id for b in blocks]
@@ -177,7 +166,7 @@ class HybridKVCache(KVCacheManager):
             table[start:end] = [NULL_BLOCK] * (end - start)
             pages.skipped[g] = end
             self.num_window_freed += len(drop)
-            self._release(drop)
+            self.pool.free(drop)
 
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:
         rid = request.request_id
@@ -190,7 +179,7 @@ class HybridKVCache(KVCacheManager):
         need = [max(0, n_blocks - len(blocks)) for blocks in pages.blocks]
         cow: list[int] = []  # groups whose first written block others hold too (copy-on-write)
         first = computed // self.block_size
-        if self._num_shared and num_tokens > computed:
+        if self.pool.num_shared and num_tokens > computed:
             for g, blocks in enumerate(pages.blocks):
                 block = blocks[first] if first < len(blocks) else None
                 if block is not None and block.ref_cnt > 1:
@@ -217,7 +206,7 @@ class HybridKVCache(KVCacheManager):
         new = self.pool.allocate(1)
         assert new is not None
         dst = new[0]
-        self._release([src])
+        self.pool.free([src])
         pages.blocks[group][index] = dst
         pages.tables[group][index] = dst.block_id
         self._copies.append((src.block_id, dst.block_id))
@@ -236,7 +225,7 @@ class HybridKVCache(KVCacheManager):
             shared = src.blocks[g][:n]
             for block in shared:
                 if block is not None:
-                    self._acquire(block)
+                    self.pool.acquire(block)
             pages.blocks[g] = shared
             pages.tables[g] = src.tables[g][:n]
             pages.skipped[g] = min(src.skipped[g], n)
@@ -251,7 +240,7 @@ class HybridKVCache(KVCacheManager):
         keep = -(-num_tokens // self.block_size)
         for g, blocks in enumerate(pages.blocks):
             if keep < len(blocks):
-                self._release([b for b in reversed(blocks[keep:]) if b is not None])
+                self.pool.free([b for b in reversed(blocks[keep:]) if b is not None])
                 del blocks[keep:]
                 del pages.tables[g][keep:]
                 pages.offered[g] = min(pages.offered[g], keep)
@@ -265,7 +254,7 @@ class HybridKVCache(KVCacheManager):
         if cpu:
             self._cpu_pending.extend(c for table in cpu for c in table if c is not None)
         if pages is not None:
-            self._release(list(pages.held()))
+            self.pool.free(list(pages.held()))
 
     def discard(self, request: Request) -> None:
         pages = self._pages.get(request.request_id)
@@ -299,7 +288,7 @@ class HybridKVCache(KVCacheManager):
         self._swapped[rid] = cpu
         self.num_swapped_out += len(held)
         del self._pages[rid]
-        self._release(list(pages.held()))
+        self.pool.free(list(pages.held()))
         return True
 
     def swap_in(self, request: Request, num_tokens: int) -> bool:

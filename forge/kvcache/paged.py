@@ -60,20 +60,10 @@ class PagedKVCache(KVCacheManager):
         self._swap_out: list[tuple[int, int]] = []
         self._copies: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
-        self._num_shared = 0  # blocks with more than one holder; while 0, usage needs no per-block pass
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.num_cow_copies = 0
         self.num_swapped_out = 0
-
-    def _acquire(self, block: Block) -> None:
-        if block.ref_cnt == 1:
-            self._num_shared += 1
-        self.pool.acquire(block)
-
-    def _release(self, blocks: list[Block]) -> None:
-        self._num_shared -= sum(1 for b in blocks if b.ref_cnt == 2)
-        self.pool.free(blocks)
 
     def _block_hashes(self, request: Request, num_tokens: int) -> list[int]:
         """Chained hashes of the request's full blocks within its first ``num_tokens`` tokens."""
@@ -109,7 +99,7 @@ class PagedKVCache(KVCacheManager):
         hit = self._cached_prefix(request)
         self.prefix_queries += request.num_tokens
         for block in hit:
-            self._acquire(block)
+            self.pool.acquire(block)
         rid = request.request_id
         self._blocks[rid] = hit
         self._tables[rid] = [b.block_id for b in hit]
@@ -124,7 +114,7 @@ class PagedKVCache(KVCacheManager):
         if (
             table is not None
             and num_tokens <= len(table) * self.block_size
-            and not self._num_shared
+            and not self.pool.num_shared
             and not self.enable_prefix_caching
         ):
             return True  # within the blocks it holds, none shared, nothing to cache (most decodes): a no-op
@@ -136,7 +126,7 @@ class PagedKVCache(KVCacheManager):
         need = (num_tokens + bs - 1) // bs - len(blocks)
         # Copy-on-write: the first position written this step lies in a block others hold too.
         cow = False
-        if self._num_shared:
+        if self.pool.num_shared:
             first = request.num_computed_tokens // bs
             cow = first < len(blocks) and blocks[first].ref_cnt > 1 and num_tokens > request.num_computed_tokens
         if need > 0 or cow:
@@ -165,7 +155,7 @@ class PagedKVCache(KVCacheManager):
         if (
             table is not None
             and request.num_computed_tokens < len(table) * self.block_size
-            and not self._num_shared
+            and not self.pool.num_shared
             and not self.enable_prefix_caching
         ):
             return table  # the token's slot is in a block it holds alone, nothing to cache: no allocation
@@ -177,7 +167,7 @@ class PagedKVCache(KVCacheManager):
         new = self.pool.allocate(1)
         assert new is not None
         dst = new[0]
-        self._release([src])
+        self.pool.free([src])
         blocks[index] = dst
         self._tables[rid][index] = dst.block_id
         self._copies.append((src.block_id, dst.block_id))
@@ -191,7 +181,7 @@ class PagedKVCache(KVCacheManager):
             return False
         shared = src[:n]
         for block in shared:
-            self._acquire(block)
+            self.pool.acquire(block)
         cid = child.request_id
         self._blocks[cid] = list(shared)
         self._tables[cid] = [b.block_id for b in shared]
@@ -208,7 +198,7 @@ class PagedKVCache(KVCacheManager):
             return
         keep = -(-num_tokens // self.block_size)
         if keep < len(blocks):
-            self._release(blocks[keep:][::-1])
+            self.pool.free(blocks[keep:][::-1])
             del blocks[keep:]
             del self._tables[rid][keep:]
             self._num_offered[rid] = min(self._num_offered.get(rid, 0), keep)
@@ -224,7 +214,7 @@ class PagedKVCache(KVCacheManager):
             self._cpu_pending.extend(cpu)
         if blocks:
             # Tail blocks first, so they are evicted before the shared prefix blocks.
-            self._release(blocks[::-1])
+            self.pool.free(blocks[::-1])
 
     def discard(self, request: Request) -> None:
         for block in self._blocks.get(request.request_id, [])[request.num_computed_tokens // self.block_size :]:
@@ -243,7 +233,7 @@ class PagedKVCache(KVCacheManager):
         self.num_swapped_out += len(cpu)
         del self._blocks[rid], self._tables[rid]
         self._num_offered.pop(rid, None)
-        self._release(blocks[::-1])
+        self.pool.free(blocks[::-1])
         return True
 
     def swap_in(self, request: Request, num_tokens: int) -> bool:
@@ -298,7 +288,7 @@ class PagedKVCache(KVCacheManager):
         bs = self.block_size
         total = self.num_blocks * bs
         free = self.pool.num_free * bs
-        if not self._num_shared and len(requests) == len(self._blocks):
+        if not self.pool.num_shared and len(requests) == len(self._blocks):
             # The requests are the holders and every used block has one holder; a request's computed
             # tokens always lie in its blocks (allocated before they are computed): no per-request pass.
             held = (self.num_blocks - self.pool.num_free) * bs
