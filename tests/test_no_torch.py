@@ -33,6 +33,8 @@ cfg = compose_config(sys.argv[1:])
 engine = build_engine(cfg)
 finals = engine.run(workload_requests(cfg, engine))
 rec = engine.recorder
+from forge import LLM, SamplingParams  # the library API too (LLM.generate's server-side request rules)
+LLM(*sys.argv[1:]).generate(["hello"], SamplingParams(max_tokens=3, temperature=float(cfg.sampling.temperature)))
 print(json.dumps({
     "torch": "torch" in sys.modules,
     "tokens": {rid: out.token_ids for rid, out in finals.items()},
