@@ -1,6 +1,8 @@
 """A simulated run of the synthetic model (no arithmetic) never imports torch (issue 16: ``import torch``
 was a quarter of the 10,000-request trace's CPU time), and gives the tokens and metrics of the
-torch tensor path."""
+torch tensor path. What needs torch in such a run (sampling with temperature > 0, verifying drafts,
+prompt logprobs, embeddings) imports it lazily: ``tests/test_sim_speed.py`` and
+``tests/test_prompt_logprobs.py`` run those through the ``SimulationRunner``."""
 
 from __future__ import annotations
 
@@ -64,17 +66,6 @@ def test_a_simulated_synthetic_run_never_imports_torch_and_equals_the_tensor_pat
     assert fresh["tokens"] == tokens and len(tokens) == 12
     assert fresh["steps"] == engine.recorder.steps_frame().to_json()
     assert fresh["requests"] == engine.recorder.requests_frame().to_json()
-
-
-def test_what_needs_torch_imports_it_when_needed() -> None:
-    """Sampling with temperature > 0 and verifying drafts run on the tensor path: torch loads then."""
-    extra = ["drafter=ngram", "sampling=random"]
-    fresh = run_in_subprocess([*OVERRIDES, *extra])
-    assert fresh["torch"] is True
-    cfg = compose_config([*OVERRIDES, *extra])
-    engine = build_engine(cfg)
-    finals = engine.run(workload_requests(cfg, engine))
-    assert fresh["tokens"] == {rid: out.token_ids for rid, out in finals.items()}
 
 
 def test_host_kv_store_is_numpy_of_the_specs_dtype() -> None:
