@@ -55,7 +55,12 @@ def run_in_subprocess(overrides: list[str]) -> dict[str, object]:
 
 
 def test_a_simulated_synthetic_run_never_imports_torch_and_equals_the_tensor_path() -> None:
-    fresh = run_in_subprocess(OVERRIDES)
+    """The default backend (``device=auto``); with a torch build that has GPU support, ``auto`` asks
+    torch, so the run names ``backend.device=cpu``."""
+    import torch
+
+    cpu_build = torch.version.cuda is None and torch.version.hip is None
+    fresh = run_in_subprocess(OVERRIDES if cpu_build else [*OVERRIDES, "backend.device=cpu"])
     assert fresh["torch"] is False
     cfg = compose_config(OVERRIDES)
     engine = build_engine(cfg)
