@@ -21,6 +21,7 @@ from forge.config import compose_config
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
+from forge.engine.runner import ModelRunner
 from forge.models.base import Model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,6 +66,7 @@ def window_rows(
             held = kv.num_blocks - kv.num_free_blocks()  # after a step it did not finish in
             peak = max(peak, held)
         engine.check_idle()
+        assert isinstance(engine.runner, ModelRunner)  # a real model's: KV tensors
         page_bytes = sum(t[0].numel() * t.element_size() for pair in engine.runner.kv_pages for t in pair)
         groups = kv.kv_groups
         rows.append(

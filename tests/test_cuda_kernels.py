@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import torch
 
+from forge.engine.runner import ModelRunner
 from forge.kernels.base import AttentionMetadata
 from forge.kernels.cuda.compiler import missing_requirements
 from forge.kernels.cuda_backend import CudaBackend
@@ -558,6 +559,7 @@ def test_engine_greedy_equals_torch_backend(dev: Device) -> None:
     runtime = "cpu" if dev.runtime is not None else "null"
     llm = LLM(*model, "backend=cuda", f"backend.device={dev.name}", f"backend.runtime={runtime}")
     assert [o.token_ids for o in llm.generate(prompts, params)] == want
+    assert isinstance(llm.engine.runner, ModelRunner)
     graphs = getattr(llm.engine.runner.forward, "__self__", None)  # the backend's forward: a GraphRunner's run
     assert isinstance(graphs, GraphRunner) and graphs.enabled
     if dev.runtime is not None:

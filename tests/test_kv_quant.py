@@ -16,7 +16,7 @@ from forge.engine.build import build_engine
 from forge.kernels.base import KVSpec
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
-from forge.kernels.kv_quant import FORMATS, KV_CACHE_DTYPES, dequantize, quantize
+from forge.kernels.kv_quant import FORMATS, KV_CACHE_DTYPES, dequantize, kv_cache_dtype, quantize
 from forge.kernels.torch_backend import TorchBackend
 from forge.sim.clock import SimulatedClock
 from tests.attention_helpers import paged_batch
@@ -57,7 +57,8 @@ def test_quantize_dequantize_error_bounds(dtype: torch.dtype) -> None:
 
 
 def test_fp8_alias_is_e4m3_as_in_vllm() -> None:
-    assert KV_CACHE_DTYPES["fp8"] == KV_CACHE_DTYPES["fp8_e4m3"] == torch.float8_e4m3fn
+    assert kv_cache_dtype("fp8") == kv_cache_dtype("fp8_e4m3") == torch.float8_e4m3fn
+    assert KV_CACHE_DTYPES["fp8"] == KV_CACHE_DTYPES["fp8_e4m3"] == "float8_e4m3fn"
 
 
 def quantized_case(dtype: torch.dtype, shapes: list[tuple[int, int]], window: int | None = None):

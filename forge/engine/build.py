@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -15,10 +15,9 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
-from forge.engine.runner import ModelRunner
 from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
-from forge.kernels.kv_quant import KV_CACHE_DTYPES, is_quantized
+from forge.kernels.kv_quant import is_quantized_name, kv_cache_dtype
 from forge.kvcache.base import KVCacheManager
 from forge.models.base import Model, ModelDims
 from forge.policies.base import Policy
@@ -26,6 +25,9 @@ from forge.sched.scheduler import Scheduler, SchedulerLimits
 from forge.sim.clock import Clock, SimulatedClock
 from forge.spec.base import Drafter
 from forge.workloads.synthetic import Workload
+
+if TYPE_CHECKING:
+    from forge.engine.runner import ModelRunner
 
 
 def make(group: str, node: Any, **kwargs: Any) -> Any:
@@ -76,19 +78,18 @@ def kv_spec_for(cfg: DictConfig, model: Model) -> KVSpec:
     name = cfg.engine.get("kv_cache_dtype", "auto")
     if name == "auto":
         return model.kv_spec
-    dtype = KV_CACHE_DTYPES[name]
-    if not model.kv_spec.dtype.is_floating_point:
-        if is_quantized(dtype):
+    if not model.kv_spec.is_floating_point:
+        if is_quantized_name(name):
             return model.kv_spec
         raise ConfigError(f"engine.kv_cache_dtype={name}: this model's cache holds {model.kv_spec.dtype}, keep auto")
-    return dataclasses.replace(model.kv_spec, dtype=dtype)
+    return dataclasses.replace(model.kv_spec, dtype=kv_cache_dtype(name))
 
 
 def simulated_dims(cfg: DictConfig, model: Model) -> ModelDims:
     """The dims the clock charges: the model's, with KV values in one byte plus their scale's share
     when ``engine.kv_cache_dtype`` is int8/fp8 (the float dtypes keep ``bytes_per_param``)."""
     name = cfg.engine.get("kv_cache_dtype", "auto")
-    quantized = name != "auto" and is_quantized(KV_CACHE_DTYPES[name])
+    quantized = name != "auto" and is_quantized_name(name)
     return dataclasses.replace(model.dims, kv_quantized=quantized) if quantized else model.dims
 
 
@@ -134,7 +135,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             worker_main(OmegaConf.to_container(cfg, resolve=True), *env)  # type: ignore[arg-type]
             raise SystemExit(0)
     if model is None:
-        model = make("model", cfg.model, device=str(backend.device))
+        model = make("model", cfg.model, device=backend.device_name)
     max_model_len = max_model_len_for(cfg, model.max_position)
     clock: Clock = make("clock", cfg.clock)
     dims = simulated_dims(cfg, model)
@@ -154,7 +155,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
-    runner: ModelRunner
+    runner: ModelRunner | SimulationRunner
     if cfg.engine.tensor_parallel_size > 1:
         from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
 
@@ -164,15 +165,20 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             kv.num_cpu_blocks,
             limits.max_num_seqs,
             max_model_len,
-            kv_spec.dtype,
+            kv_spec.torch_dtype(),
             cfg.seed,
             kv.kv_groups,
         )
         runner = TensorParallelRunner(model, backend, cfg, setup)
     else:
-        # A model that can compute on the host, with its cache on the host, runs without batch tensors.
-        host = isinstance(model, HostModel) and backend.device.type == "cpu"
-        runner = (SimulationRunner if host else ModelRunner)(
+        # A model that can compute on the host, with its cache on the host, runs without batch tensors
+        # (and without torch).
+        runner_type: type[ModelRunner] | type[SimulationRunner] = SimulationRunner
+        if not (isinstance(model, HostModel) and backend.device_type == "cpu"):
+            from forge.engine.runner import ModelRunner
+
+            runner_type = ModelRunner
+        runner = runner_type(
             model,
             backend,
             kv.num_blocks,
@@ -197,7 +203,7 @@ def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Dra
     if "model" not in node:
         drafter: Drafter = make("drafter", node)
         return drafter
-    draft_model: Model = make("drafter.model", node.model, device=str(backend.device))
+    draft_model: Model = make("drafter.model", node.model, device=backend.device_name)
     if draft_model.vocab_size != target.vocab_size:
         raise ConfigError(
             f"drafter.model has a vocabulary of {draft_model.vocab_size} tokens, the target {target.vocab_size}"

@@ -6,12 +6,12 @@ import gc
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
-from forge.engine.runner import ModelRunner
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
 from forge.sched.beam import BeamSearches
@@ -21,6 +21,10 @@ from forge.sched.step_outputs import StepOutputs
 from forge.sim.clock import Clock
 from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
 from forge.tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:  # a simulated run's runner imports no torch; ModelRunner's module does
+    from forge.engine.runner import ModelRunner
+    from forge.engine.sim_runner import SimulationRunner
 
 log = logging.getLogger("forge.engine.engine")
 
@@ -52,7 +56,7 @@ class Engine:
     def __init__(
         self,
         scheduler: Scheduler,
-        runner: ModelRunner,
+        runner: ModelRunner | SimulationRunner,
         clock: Clock,
         recorder: MetricsRecorder | None = None,
         drafter: Drafter | None = None,

@@ -45,10 +45,14 @@ class ModelRunner:
         max_model_len: int = 4096,
         kv_spec: KVSpec | None = None,
         kv_groups: KVCacheGroups | None = None,
+        kv_pages: list[KVLayer] | None = None,
+        cpu_kv_caches: list[KVLayer] | None = None,
     ) -> None:
         """``kv_spec``: the KV layout to allocate (the model's own when None). ``kv_groups``: how the
         layers share the pool's pages (``forge.core.kv_groups``; None: one page holds every layer):
-        ``num_blocks`` pages of ``layers_per_page`` K/V tensors, layer l on tensor ``layer_slot[l]``."""
+        ``num_blocks`` pages of ``layers_per_page`` K/V tensors, layer l on tensor ``layer_slot[l]``.
+        ``kv_pages`` / ``cpu_kv_caches``: the pool's and the swap space's tensors when the caller
+        holds them already (a ``SimulationRunner``'s host store, viewed), instead of allocating."""
         self.model = model
         self.backend = backend
         self.block_size = block_size
@@ -59,7 +63,9 @@ class ModelRunner:
         self.kv_groups = kv_groups if kv_groups is not None and kv_groups.is_hybrid else None
         page = spec if self.kv_groups is None else dataclasses.replace(spec, num_layers=self.kv_groups.layers_per_page)
         # The pool's tensors (one K/V pair per layer of a page) and each layer's view of them.
-        self.kv_pages: list[KVLayer] = backend.allocate_kv_cache(page, num_blocks, block_size)
+        self.kv_pages: list[KVLayer] = (
+            kv_pages if kv_pages is not None else backend.allocate_kv_cache(page, num_blocks, block_size)
+        )
         self.kv_caches: list[KVLayer] = (
             self.kv_pages if self.kv_groups is None else [self.kv_pages[s] for s in self.kv_groups.layer_slot]
         )
@@ -71,11 +77,15 @@ class ModelRunner:
         else:
             self.forward = lambda batch: model.forward(batch, self.kv_caches, backend)
         # The swap space: the same layout in host memory.
-        shape = spec.cache_shape(num_cpu_blocks, block_size)
-        self.cpu_kv_caches: list[KVLayer] = [
-            (torch.zeros(shape, dtype=spec.dtype), torch.zeros(shape, dtype=spec.dtype))
-            for _ in range(page.num_layers if num_cpu_blocks else 0)
-        ]
+        shape, dtype = spec.cache_shape(num_cpu_blocks, block_size), spec.torch_dtype()
+        self.cpu_kv_caches: list[KVLayer] = (
+            cpu_kv_caches
+            if cpu_kv_caches is not None
+            else [
+                (torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+                for _ in range(page.num_layers if num_cpu_blocks else 0)
+            ]
+        )
 
     def apply_block_ops(self, sched: SchedulerOutput) -> None:
         """The step's KV copies, before its forward: swap-out, copy-on-write, swap-in."""

@@ -3,6 +3,10 @@
 A backend owns the KV tensors (one K and one V pool per layer, shaped
 ``[num_blocks, block_size, num_kv_heads, head_dim]``) and the ops that touch them.
 Block bookkeeping lives in ``forge.kvcache`` and never sees a tensor.
+
+This module imports no torch (it is imported where a tensor is made): a simulated run whose
+model computes on the host (``forge.engine.sim_runner.HostModel``) keeps its KV in numpy arrays
+(``allocate_host_kv_cache``) and never loads torch.
 """
 
 from __future__ import annotations
@@ -10,26 +14,30 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Union
 
-import torch
+import numpy as np
 
 from forge.kernels.kv_quant import KV_CACHE_DTYPES, is_quantized, row_width
 
 if TYPE_CHECKING:
+    import torch
+
     from forge.kernels.batch import ForwardBatch
 
 
 @dataclass(frozen=True)
 class KVSpec:
-    """Shape of the KV cache a model needs. ``dtype``: what the cache stores; a quantized one
-    (``forge.kernels.kv_quant``: int8, fp8) stores each (token, KV head) row as ``head_dim`` one-byte
-    values followed by its float32 scale."""
+    """Shape of the KV cache a model needs. ``dtype``: what the cache stores, a torch dtype or a
+    numpy dtype's name (``"int64"``: a cache of token ids that a model computing on the host keeps in
+    numpy, ``KernelBackend.allocate_host_kv_cache``; as a tensor it is torch's dtype of that name).
+    A quantized one (``forge.kernels.kv_quant``: int8, fp8) stores each (token, KV head) row as
+    ``head_dim`` one-byte values followed by its float32 scale."""
 
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: torch.dtype | str
 
     def cache_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int, int]:
         """The shape of one layer's K (or V) pool."""
@@ -37,11 +45,24 @@ class KVSpec:
 
     def bytes_per_token(self) -> int:
         """Bytes one token takes in the cache over all layers, K and V, scales included."""
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        itemsize = np.dtype(self.dtype).itemsize if isinstance(self.dtype, str) else self.dtype.itemsize
         return 2 * self.num_layers * self.num_kv_heads * row_width(self.dtype, self.head_dim) * itemsize
 
+    @property
+    def is_floating_point(self) -> bool:
+        """Whether the cache holds floating-point values (K/V), not e.g. token ids."""
+        return np.dtype(self.dtype).kind == "f" if isinstance(self.dtype, str) else self.dtype.is_floating_point
 
-KVLayer = tuple[torch.Tensor, torch.Tensor]
+    def torch_dtype(self) -> torch.dtype:
+        """``dtype`` as a torch dtype (imports torch)."""
+        import torch
+
+        dtype: torch.dtype = getattr(torch, self.dtype) if isinstance(self.dtype, str) else self.dtype
+        return dtype
+
+
+KVLayer = tuple["torch.Tensor", "torch.Tensor"]
+HostKVLayer = tuple[np.ndarray, np.ndarray]  # a layer's K and V pools in host memory (numpy)
 
 
 @dataclass(frozen=True)
@@ -91,17 +112,59 @@ class KernelBackend(ABC):
     kv_cache_dtypes: frozenset[str] = frozenset(KV_CACHE_DTYPES)
 
     def __init__(self, device: str = "cpu") -> None:
-        self.device = torch.device(device)
+        """``device``: where the tensors live (``cpu``, ``cuda``, ``cuda:1``); no torch is imported
+        until something asks for ``device`` as a ``torch.device``."""
+        self.device_name = device
+        self._device: torch.device | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """The backend's device as a ``torch.device`` (imports torch)."""
+        if self._device is None:
+            import torch
+
+            self._device = torch.device(self.device_name)
+        return self._device
+
+    @device.setter
+    def device(self, device: torch.device) -> None:
+        self._device = device
+        self.device_name = str(device)
+
+    @property
+    def device_type(self) -> str:
+        """``cpu``, ``cuda``, ...: the device's kind, known without importing torch."""
+        return self.device_name.split(":")[0]
 
     def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:
+        import torch
+
         shape = spec.cache_shape(num_blocks, block_size)
+        dtype = spec.torch_dtype()
         return [
-            (
-                torch.zeros(shape, dtype=spec.dtype, device=self.device),
-                torch.zeros(shape, dtype=spec.dtype, device=self.device),
-            )
+            (torch.zeros(shape, dtype=dtype, device=self.device), torch.zeros(shape, dtype=dtype, device=self.device))
             for _ in range(spec.num_layers)
         ]
+
+    def allocate_host_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[HostKVLayer]:
+        """The pool of ``allocate_kv_cache`` as zeroed numpy arrays in host memory, for a model that
+        computes on the host (``forge.engine.sim_runner.HostModel``): no torch. ``spec.dtype`` is a
+        numpy dtype's name. ``torch.from_numpy`` of a layer is a tensor over the same memory."""
+        if not isinstance(spec.dtype, str):
+            raise TypeError(f"a host KV store holds a numpy dtype, got {spec.dtype}")
+        shape = spec.cache_shape(num_blocks, block_size)
+        return [(np.zeros(shape, dtype=spec.dtype), np.zeros(shape, dtype=spec.dtype)) for _ in range(spec.num_layers)]
+
+    @staticmethod
+    def copy_host_blocks(src: list[HostKVLayer], dst: list[HostKVLayer], pairs: list[tuple[int, int]]) -> None:
+        """``copy_blocks`` for host stores (``allocate_host_kv_cache``), in numpy."""
+        if not pairs:
+            return
+        src_ids = np.array([s for s, _ in pairs], dtype=np.int64)
+        dst_ids = np.array([d for _, d in pairs], dtype=np.int64)
+        for (sk, sv), (dk, dv) in zip(src, dst, strict=True):
+            dk[dst_ids] = sk[src_ids]  # fancy indexing reads a copy: sources are read before any write
+            dv[dst_ids] = sv[src_ids]
 
     def model_forward(
         self, model: ForwardModel, kv_caches: list[KVLayer], max_num_seqs: int, max_blocks_per_seq: int
@@ -118,6 +181,8 @@ class KernelBackend(ABC):
         copy-on-write). Destinations are distinct; sources are read before any is written."""
         if not pairs:
             return
+        import torch
+
         src_ids = torch.tensor([s for s, _ in pairs], dtype=torch.long, device=src[0][0].device)
         dst_ids = torch.tensor([d for _, d in pairs], dtype=torch.long, device=dst[0][0].device)
         for (sk, sv), (dk, dv) in zip(src, dst, strict=True):
@@ -165,6 +230,8 @@ class KernelBackend(ABC):
     def gelu_tanh_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """``gelu(gate) * up`` (GELU's tanh approximation) for ``gate_up = [gate | up]`` along the last
         dim (GeGLU). Plain torch here, on the tensors' device; backends may override."""
+        import torch
+
         gate, up = gate_up.chunk(2, dim=-1)
         return torch.nn.functional.gelu(gate, approximate="tanh") * up
 
@@ -184,4 +251,4 @@ class PackedLinear(ABC):
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
-LinearWeight = torch.Tensor | PackedLinear
+LinearWeight = Union["torch.Tensor", PackedLinear]

@@ -112,7 +112,7 @@ class CudaBackend(KernelBackend):
         from forge.kernels.cuda.sources import dtype_code
 
         if not is_quantized(spec.dtype):
-            dtype_code(spec.dtype)  # fail early on float64
+            dtype_code(spec.torch_dtype())  # fail early on float64
         return super().allocate_kv_cache(spec, num_blocks, block_size)
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:

@@ -26,8 +26,10 @@ are clamped to ±max_value before the conversion.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a tensor is computed: naming the dtypes needs none
+    import torch
 
 SCALE_BYTES = 4  # one float32 scale per row, after the row's values
 
@@ -35,46 +37,69 @@ SCALE_BYTES = 4  # one float32 scale per row, after the row's values
 @dataclass(frozen=True)
 class KVQuantFormat:
     """One quantized KV dtype: its config name, storage dtype, the largest value it stores, and the
-    code forge's C and CUDA kernels know it by."""
+    code forge's C and CUDA kernels know it by. ``storage_name``: the torch dtype's name."""
 
     name: str
-    storage: torch.dtype
+    storage_name: str
     max_value: float
     code: int
 
+    @property
+    def storage(self) -> torch.dtype:
+        """The storage dtype (imports torch)."""
+        import torch
+
+        dtype: torch.dtype = getattr(torch, self.storage_name)
+        return dtype
+
 
 FORMATS: tuple[KVQuantFormat, ...] = (
-    KVQuantFormat("int8", torch.int8, 127.0, 1),
-    KVQuantFormat("fp8_e4m3", torch.float8_e4m3fn, 448.0, 2),
-    KVQuantFormat("fp8_e5m2", torch.float8_e5m2, 57344.0, 3),
+    KVQuantFormat("int8", "int8", 127.0, 1),
+    KVQuantFormat("fp8_e4m3", "float8_e4m3fn", 448.0, 2),
+    KVQuantFormat("fp8_e5m2", "float8_e5m2", 57344.0, 3),
 )
-_BY_STORAGE = {f.storage: f for f in FORMATS}
+# str() of each storage dtype ("torch.int8"): a dtype is recognised without importing torch
+_BY_STORAGE = {f"torch.{f.storage_name}": f for f in FORMATS}
 
-# engine.kv_cache_dtype's names (besides auto): "fp8" is e4m3, as in vLLM.
-KV_CACHE_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int8": torch.int8,
-    "fp8": torch.float8_e4m3fn,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "fp8_e5m2": torch.float8_e5m2,
+# engine.kv_cache_dtype's names (besides auto) and the torch dtype each stores: "fp8" is e4m3, as in vLLM.
+KV_CACHE_DTYPES: dict[str, str] = {
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "int8": "int8",
+    "fp8": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
 }
 
 
-def is_quantized(dtype: torch.dtype) -> bool:
-    """Whether a cache of this dtype holds quantized rows with scales."""
-    return dtype in _BY_STORAGE
+def kv_cache_dtype(name: str) -> torch.dtype:
+    """The torch dtype ``engine.kv_cache_dtype=name`` stores (imports torch)."""
+    import torch
+
+    dtype: torch.dtype = getattr(torch, KV_CACHE_DTYPES[name])
+    return dtype
+
+
+def is_quantized_name(name: str) -> bool:
+    """Whether ``engine.kv_cache_dtype=name`` is a quantized cache (int8, fp8); no torch needed."""
+    return f"torch.{KV_CACHE_DTYPES.get(name)}" in _BY_STORAGE
+
+
+def is_quantized(dtype: torch.dtype | str) -> bool:
+    """Whether a cache of this dtype holds quantized rows with scales (a numpy dtype name, the
+    dtype of a host store, never does)."""
+    return str(dtype) in _BY_STORAGE
 
 
 def quant_format(dtype: torch.dtype) -> KVQuantFormat:
     try:
-        return _BY_STORAGE[dtype]
+        return _BY_STORAGE[str(dtype)]
     except KeyError:
-        raise ValueError(f"{dtype} is not a quantized KV dtype (known: {[str(f.storage) for f in FORMATS]})") from None
+        raise ValueError(f"{dtype} is not a quantized KV dtype (known: {sorted(_BY_STORAGE)})") from None
 
 
-def row_width(dtype: torch.dtype, head_dim: int) -> int:
+def row_width(dtype: torch.dtype | str, head_dim: int) -> int:
     """Elements per (token, KV head) row of a cache in ``dtype``: ``head_dim``, plus the scale's
     bytes when quantized."""
     return head_dim + SCALE_BYTES if is_quantized(dtype) else head_dim
@@ -88,6 +113,8 @@ def head_dim_of(cache: torch.Tensor) -> int:
 def quantize(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Rows ``x [..., head_dim]`` as packed quantized rows ``[..., head_dim + 4]`` in ``dtype``
     (values, then the float32 scale's bytes). An all-zero row gets scale 0 and zero values."""
+    import torch
+
     fmt = quant_format(dtype)
     xf = x.to(torch.float32)
     scale = xf.abs().amax(dim=-1, keepdim=True) / fmt.max_value
@@ -103,6 +130,8 @@ def quantize(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def dequantize(packed: torch.Tensor) -> torch.Tensor:
     """Packed quantized rows ``[..., head_dim + 4]`` as float32 ``[..., head_dim]``:
     ``float32(value) * scale``."""
+    import torch
+
     head_dim = packed.shape[-1] - SCALE_BYTES
     raw = packed.view(torch.uint8)
     values = raw[..., :head_dim].view(packed.dtype).to(torch.float32)
@@ -113,5 +142,7 @@ def dequantize(packed: torch.Tensor) -> torch.Tensor:
 def write_rows(cache: torch.Tensor, rows: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Quantize ``rows [T, kv_heads, head_dim]`` into ``cache``'s flat slots ``slot_mapping [T]``
     (byte copies: torch has no index_copy for fp8 on the CPU)."""
+    import torch
+
     packed = quantize(rows, cache.dtype).view(torch.uint8)
     cache.view(torch.uint8).view(-1, *cache.shape[2:]).index_copy_(0, slot_mapping, packed)

@@ -1,12 +1,47 @@
-"""Reference kernels in plain torch (CPU, or CUDA when present)."""
+"""Reference kernels in plain torch (CPU, or CUDA when present).
+
+torch is imported by the ops, not with this module: the backend of a simulated run whose model
+computes on the host (``forge.engine.sim_runner.HostModel``) is built, and its numpy KV store
+allocated, without loading torch."""
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import ast
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
 from forge.kernels.kv_quant import dequantize, is_quantized, write_rows
+
+if TYPE_CHECKING:
+    import torch
+
+
+def auto_device() -> str:
+    """``device=auto``: ``cuda`` when torch sees a GPU, else ``cpu``. A torch build without GPU support
+    (its ``torch/version.py`` sets ``cuda = None`` and ``hip = None``) answers ``cpu`` without
+    importing torch; any other build is asked (``torch.cuda.is_available()``)."""
+    spec = importlib.util.find_spec("torch")
+    try:
+        built = _constants(Path(spec.origin).with_name("version.py").read_text()) if spec and spec.origin else {}
+    except (OSError, SyntaxError, ValueError):
+        built = {}
+    if "cuda" in built and "hip" in built and built["cuda"] is None and built["hip"] is None:
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _constants(source: str) -> dict[str, object]:
+    """The names a module's top level assigns a literal constant to (``cuda: Optional[str] = None``)."""
+    found: dict[str, object] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            found.update({t.id: node.value.value for t in targets if isinstance(t, ast.Name)})
+    return found
 
 
 def gather_context(kv: KVLayer, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,9 +66,11 @@ class TorchBackend(KernelBackend):
 
     def __init__(self, device: str = "auto", num_threads: int | None = None) -> None:
         if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = auto_device()
         super().__init__(device)
         if num_threads:
+            import torch
+
             torch.set_num_threads(num_threads)
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -52,6 +89,8 @@ class TorchBackend(KernelBackend):
     ) -> torch.Tensor:
         if window is not None and window < 1:
             raise ValueError(f"attention window must be >= 1, got {window}")
+        import torch
+
         if query.shape[0] == meta.num_seqs:  # a pure decode step: one query row per request, in order
             return self.decode_attention(query, kv, meta, None, scale, window)
         out = torch.empty_like(query)
@@ -81,6 +120,9 @@ class TorchBackend(KernelBackend):
         ``idx`` of ``meta`` (all of them, in order, when None), over their cached contexts (the last
         ``window`` tokens of each when given). Here: all at once over contexts gathered from the
         cache and padded to the longest."""
+        import torch
+        import torch.nn.functional as F
+
         k_cache, v_cache = kv
         block_size = k_cache.shape[1]
         lens = meta.seq_lens_cpu if idx is None else [meta.seq_lens_cpu[i] for i in idx.tolist()]
@@ -116,17 +158,23 @@ class TorchBackend(KernelBackend):
         return out[:, :, 0]
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.rms_norm(x, weight.shape, weight, eps)
 
     def add_rms_norm(
         self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch.nn.functional as F
+
         residual = x + residual
         return F.rms_norm(residual, weight.shape, weight, eps), residual
 
     def rope(
         self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         cs = cos_sin.index_select(0, positions)
         half = cs.shape[-1] // 2
         # Broadcast over the two halves of each head ([T, heads, 2, half]): no repeated cos/sin tables.
@@ -137,6 +185,8 @@ class TorchBackend(KernelBackend):
         return _rotate(query, cos, sin), _rotate(key, cos, sin)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate) * up
 
@@ -159,6 +209,9 @@ def _causal_attention(
 ) -> torch.Tensor:
     """``q [n, h, d]`` are the last n of ``k, v [L, kvh, d]``'s positions; each attends to the
     positions up to its own (only the last ``window`` of them when given)."""
+    import torch
+    import torch.nn.functional as F
+
     n, length = q.shape[0], k.shape[0]
     if window is not None and window >= length:
         window = None  # no query can see past the window

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.kernels.batch import ForwardBatch
 from forge.kernels.kv_quant import SCALE_BYTES
 from forge.tokenizers.base import Tokenizer
+
+if TYPE_CHECKING:  # torch is imported where a tensor is made: a model computing on the host needs none
+    import torch
+
+    from forge.kernels.batch import ForwardBatch
 
 
 @dataclass(frozen=True)
@@ -86,14 +88,17 @@ class OneHotLogits:
 
     What a model with no arithmetic returns from ``forward_host`` (``forge.engine.sim_runner.HostModel``);
     ``dense()`` is the float32 tensor ``forward`` would have returned. With ``value > 0`` each row's argmax is
-    its ``tokens`` entry, so greedy sampling needs no tensor at all."""
+    its ``tokens`` entry, so greedy sampling needs no tensor at all (nor torch). ``device``: where
+    ``dense()`` puts the tensor (``cpu``, ``cuda``, a ``torch.device``)."""
 
     tokens: list[int]
     value: float
     vocab_size: int
-    device: torch.device
+    device: torch.device | str
 
     def dense(self) -> torch.Tensor:
+        import torch
+
         logits = torch.zeros(len(self.tokens), self.vocab_size, dtype=torch.float32, device=self.device)
         if self.tokens:
             cols = torch.tensor(self.tokens, dtype=torch.long, device=self.device)

@@ -6,16 +6,20 @@ from __future__ import annotations
 import bisect
 import itertools
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from forge.core.outputs import SchedulerOutput
-from forge.kernels.base import KernelBackend, KVLayer, KVSpec
-from forge.kernels.batch import ForwardBatch
+from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
 from forge.models.base import Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
 from forge.tokenizers.base import ByteTokenizer
+
+if TYPE_CHECKING:  # torch only for the tensor path (``forward``): the host path never imports it
+    import torch
+
+    from forge.kernels.batch import ForwardBatch
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
 _PHI = 0.6180339887498949  # the golden ratio's fraction: stand-in hidden states' frequency step
@@ -30,9 +34,10 @@ class SyntheticModel(Model):
     way, which n-gram drafting can exploit; otherwise the position is mixed in too.
     Output lengths come from the workload (``max_tokens``); EOS is never produced.
     ``dims`` names the transformer whose cost the simulated clock charges for it.
-    It is a ``forge.engine.sim_runner.HostModel``: ``forward_host`` reads and writes a host cache tensor
-    through a view of its memory, building no batch tensors (what makes simulated runs fast; the
-    ``SimulationRunner`` calls it on CPU).
+    It is a ``forge.engine.sim_runner.HostModel``: ``forward_host`` reads and writes a host cache (numpy
+    arrays, or CPU tensors) through a view of its memory, building no batch tensors and importing no
+    torch (what makes simulated runs fast; the ``SimulationRunner`` calls it on CPU). Its cache holds
+    token ids: ``kv_spec.dtype`` is ``"int64"``.
     """
 
     def __init__(
@@ -57,14 +62,13 @@ class SyntheticModel(Model):
         self.vocab_size = vocab_size
         self.max_position = max_position
         self.tokenizer = ByteTokenizer(vocab_size)
-        self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype=torch.int64)
+        self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype="int64")
         self.dims: ModelDims = model_dims(dims)
-        self.device = torch.device(device)
+        self.device = device  # where ``forward_host``'s logits go when made dense
         # ``order`` consecutive int64 KV slots as a tuple, from a byte offset in the cache's host view
         self._unpack_context = struct.Struct(f"={order}q").unpack_from
-        # the host views of the cache last run on, with the tensors they view (``_host_views``)
-        self._views: tuple[torch.Tensor, torch.Tensor, tuple[memoryview, memoryview, np.ndarray, np.ndarray]] | None
-        self._views = None
+        # the host views of the cache last run on, with the arrays or tensors they view (``_host_views``)
+        self._views: tuple[object, object, tuple[memoryview, memoryview, np.ndarray, np.ndarray]] | None = None
 
     def next_token(self, context: tuple[int, ...], position: int) -> int:
         gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
@@ -72,6 +76,8 @@ class SyntheticModel(Model):
         return _FIRST + hash(key) % (_LAST - _FIRST)
 
     def forward(self, batch: ForwardBatch, kv_caches: list[KVLayer], backend: KernelBackend) -> torch.Tensor:
+        import torch
+
         meta = batch.attn
         ids = batch.input_ids.view(-1, 1, 1)
         backend.write_kv(kv_caches[0], ids, ids, meta.slot_mapping)
@@ -117,12 +123,16 @@ class SyntheticModel(Model):
         (``forge.models.base.HiddenStateModel``): row r holds ``cos((id + 1) * k * PHI)`` for
         k = 1 .. ``dims.hidden_size``, id its token. Deterministic and distinct per token, so a
         simulated embedding is a function of the prompt's tokens (not of their order when mean-pooled)."""
+        import torch
+
         logits = self.forward(batch, kv_caches, backend)
         ids = batch.input_ids.index_select(0, rows).to(torch.float64) + 1.0
         k = torch.arange(1, self.dims.hidden_size + 1, dtype=torch.float64, device=ids.device)
         return logits, torch.cos(torch.outer(ids, k * _PHI)).float()
 
-    def forward_host(self, sched: SchedulerOutput, block_size: int, kv_caches: list[KVLayer]) -> OneHotLogits:
+    def forward_host(
+        self, sched: SchedulerOutput, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
+    ) -> OneHotLogits:
         """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""
         k, v, k_array, v_array = self._host_views(kv_caches[0])
         bs = block_size
@@ -154,13 +164,17 @@ class SyntheticModel(Model):
                     tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
 
-    def _host_views(self, layer: KVLayer) -> tuple[memoryview, memoryview, np.ndarray, np.ndarray]:
-        """Views sharing the host cache tensors' memory, each slot one int64 (1 head x head_dim 1):
-        as memoryviews (fast single items) and numpy arrays (fast runs). Made once per cache, not per step."""
+    def _host_views(self, layer: HostKVLayer | KVLayer) -> tuple[memoryview, memoryview, np.ndarray, np.ndarray]:
+        """Views sharing the host cache's memory (numpy arrays, or CPU tensors), each slot one int64
+        (1 head x head_dim 1): as memoryviews (fast single items) and flat numpy arrays (fast runs).
+        Made once per cache, not per step."""
         k_cache, v_cache = layer
         held = self._views
         if held is None or held[0] is not k_cache or held[1] is not v_cache:
-            k_array, v_array = k_cache.view(-1).numpy(), v_cache.view(-1).numpy()
+            k_array, v_array = np.asarray(k_cache), np.asarray(v_cache)
+            if not all(a.flags.c_contiguous and a.dtype == np.int64 for a in (k_array, v_array)):
+                raise ValueError("the synthetic model's host cache must be contiguous int64 arrays")
+            k_array, v_array = k_array.reshape(-1), v_array.reshape(-1)  # views: contiguous
             held = self._views = (k_cache, v_cache, (k_array.data, v_array.data, k_array, v_array))
         return held[2]
 

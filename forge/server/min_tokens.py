@@ -4,8 +4,10 @@ ids) are masked out until it has generated ``min_tokens`` tokens."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # imported when a mask is made: LLM.generate on a simulated run needs no torch
+    import torch
 
 
 class MinTokensConstraint:
@@ -21,6 +23,8 @@ class MinTokensConstraint:
         banned = [t for t in self.ending if t < vocab_size]
         if self.generated >= self.min_tokens or not banned:
             return None
+        import torch
+
         mask = torch.ones(vocab_size, dtype=torch.bool)
         mask[torch.tensor(banned, dtype=torch.long)] = False
         return mask

@@ -15,11 +15,13 @@ state for the unconstrained case (``remaining`` larger than every successor's di
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import torch
+from typing import TYPE_CHECKING
 
 from forge.structured.base import Constraint, check_budget, fit_mask
 from forge.structured.dfa import INF, DFATables
+
+if TYPE_CHECKING:  # torch is imported when a mask is built: the config names this backend without loading it
+    import torch
 
 _BYTES_PER_MASK = 200  # a cached mask's tensor overhead besides its vocab_size bools
 
@@ -60,6 +62,8 @@ class DFAGuide:
         return self.transitions.get(state, {}).get(token)
 
     def _build(self, state: int, limit: int) -> torch.Tensor:
+        import torch
+
         mask = torch.zeros(self.vocab_size, dtype=torch.bool)
         edges = self.transitions.get(state, {})
         ids = [t for t, n in edges.items() if self.dist.get(n, INF) <= limit and t < len(mask)]
