@@ -1,12 +1,12 @@
 """Accuracy of a real model under each KV cache dtype against the exact cache.
 
-``python -m experiments.kv_accuracy [--size small|tiny]`` prints, per ``engine.kv_cache_dtype``:
-greedy agreement (tokens before each continuation's first divergence from the exact cache's, over
-all prompts), the mean |Δlogprob| of the exact continuation's tokens (teacher-forced: prompt + the
-exact cache's continuation run as a prompt with ``prompt_logprobs``, so every position sees the same
-context), and the perplexity and mean |Δlogprob| of a fixed text, teacher-forced in windows that are
-prefilled in chunks (every chunk attends to the earlier chunks' K/V read back from the cache in its
-dtype). Also what the ``kv_memory`` study's accuracy rows use.
+``python -m experiments.kv_accuracy [--size small|tiny] [--prompts N] [--tokens N]`` prints, per
+``engine.kv_cache_dtype``: greedy agreement (tokens before each continuation's first divergence
+from the exact cache's, over all prompts), the mean |Δlogprob| of the exact continuation's tokens
+(teacher-forced: prompt + the exact cache's continuation run as a prompt with ``prompt_logprobs``,
+so every position sees the same context), and the perplexity and mean |Δlogprob| of a fixed text,
+teacher-forced in windows that are prefilled in chunks (every chunk attends to the earlier chunks'
+K/V read back from the cache in its dtype). Also what the ``kv_memory`` study's accuracy rows use.
 
 The text and the prompts come from ``data/opticks_book1.txt``: the opening of the first book of
 Isaac Newton's *Opticks* (4th edition, 1730; Project Gutenberg's public-domain transcription, as
@@ -16,6 +16,7 @@ prompts are ``num_prompts`` slices of ``prompt_tokens`` tokens from the rest, dr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import random
@@ -213,9 +214,15 @@ def measure(setup: AccuracySetup, dtypes: tuple[str, ...] = DTYPES) -> AccuracyR
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.kv_accuracy", description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=sorted(SETUPS), default="small")
+    ap.add_argument("--prompts", type=int, default=None, help="instead of the size's number of prompts")
+    ap.add_argument("--tokens", type=int, default=None, help="instead of the size's greedy tokens per prompt")
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()}", flush=True)
-    for row in measure(SETUPS[args.size]).rows:
+    setup = SETUPS[args.size]
+    setup = dataclasses.replace(
+        setup, num_prompts=args.prompts or setup.num_prompts, new_tokens=args.tokens or setup.new_tokens
+    )
+    print(f"load average at start: {os.getloadavg()}; {setup}", flush=True)
+    for row in measure(setup).rows:
         print(
             f"{row.kv_cache_dtype:9s} greedy agreement {row.agreeing_tokens}/{row.total_tokens} "
             f"({100 * row.agreement:.1f} %), continuation mean |dlogprob| {row.mean_abs_dlogprob:.4f}, "
