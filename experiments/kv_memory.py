@@ -5,7 +5,6 @@ accuracy each quantized cache costs (``experiments.kv_accuracy.measure``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -16,20 +15,18 @@ import pandas as pd
 import torch
 
 from experiments.common import section, table, write_readme, write_results
-from experiments.kv_accuracy import PROMPTS
+from experiments.kv_accuracy import SETUPS, KVAccuracy
 from experiments.kv_accuracy import measure as measure_accuracy
+from experiments.kv_accuracy_llama_cpp import llama_cpp_rows, llama_cpp_version
 from experiments.window_memory import window_rows
 from forge.config import compose_config
 from forge.engine.build import build_engine, workload_requests
 from forge.models.base import Model
-from forge.models.fetch import smollm2_path
-from forge.models.presets import model_dims
 from forge.results.metrics import summarize
 
 BLOCK_SIZE = 16
-# simulated: the KV budget in GiB, turned into kvcache.num_blocks with the preset's bytes per token in each dtype
-SIM_BUDGET_GIB = 2.0
-SIM_DTYPES = (("auto", False), ("fp8", True), ("int8", True))  # (engine.kv_cache_dtype, quantized)
+SIM_BUDGET_GIB = 2.0  # simulated: engine.kv_cache_memory_gib, sized in the preset's bytes per token of each dtype
+SIM_DTYPES = ("auto", "fp8", "int8")
 REAL_DTYPES = ("auto", "int8", "fp8")  # auto: SmolLM2's float32
 
 
@@ -46,6 +43,8 @@ def sim_overrides(size: str) -> list[str]:
         f"kvcache.block_size={BLOCK_SIZE}",
         "engine.max_num_seqs=256",
         "engine.max_num_batched_tokens=2048",
+        "kvcache.num_blocks=auto",
+        f"engine.kv_cache_memory_gib={SIM_BUDGET_GIB}",
     ]
 
 
@@ -100,11 +99,9 @@ def run_engine(overrides: Sequence[str], model: Model | None = None) -> tuple[di
 def simulated_rows(size: str) -> pd.DataFrame:
     """Llama-3-8B on an H100 (simulated) at ``SIM_BUDGET_GIB`` of KV memory in each dtype."""
     rows = []
-    for name, quantized in SIM_DTYPES:
-        per_token = dataclasses.replace(model_dims("llama-3-8b"), kv_quantized=quantized).kv_bytes_per_token
-        blocks = int(SIM_BUDGET_GIB * 2**30 // (per_token * BLOCK_SIZE))
-        row, _ = run_engine([*sim_overrides(size), f"engine.kv_cache_dtype={name}", f"kvcache.num_blocks={blocks}"])
-        rows.append({"setup": "sim llama-3-8b h100", "kv_cache_dtype": name, "kv_bytes_per_token": per_token, **row})
+    for name in SIM_DTYPES:
+        row, _ = run_engine([*sim_overrides(size), f"engine.kv_cache_dtype={name}"])
+        rows.append({"setup": "sim llama-3-8b h100", "kv_cache_dtype": name, **row})
     return pd.DataFrame(rows)
 
 
@@ -128,72 +125,65 @@ def window_table(size: str) -> tuple[pd.DataFrame, str]:
     return df, f"{context} prompt tokens, `{' '.join(overrides)}`"
 
 
-def accuracy_table(size: str) -> tuple[pd.DataFrame, str]:
-    model, prompts, tokens = {"tiny": ("tiny", 2, 8), "small": ("smollm2", 8, 16)}[size]
-    rows = [
-        {
-            "model": model,
-            "kv_cache_dtype": r.kv_cache_dtype,
-            "greedy_agreement": f"{r.agreeing_tokens}/{r.total_tokens}",
-            "agreement_pct": 100 * r.agreement,
-            "mean_abs_dlogprob": r.mean_abs_dlogprob,
-        }
-        for r in measure_accuracy(model, prompts, tokens)
-    ]
-    ref = llama_cpp_row(prompts, tokens) if model == "smollm2" else None  # the tiny model has no GGUF
-    if ref is not None:
-        rows.append(ref)
-    return pd.DataFrame(rows), f"`kv_accuracy.measure({model!r}, {prompts}, {tokens})`"
-
-
-def llama_cpp_greedy(kv_type: int, num_prompts: int, num_tokens: int) -> list[list[int]]:
-    """llama.cpp's greedy continuations of ``kv_accuracy.PROMPTS`` on the same SmolLM2 GGUF forge loads,
-    its K and V caches in ggml type ``kv_type`` (flash attention: llama.cpp's quantized V needs it)."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        str(smollm2_path()),
-        n_threads=1,
-        n_threads_batch=1,
-        n_ctx=256,
-        type_k=kv_type,
-        type_v=kv_type,
-        flash_attn=True,
-        verbose=False,
-    )
-    outs = []
-    for i in range(num_prompts):
-        ids = llm.tokenize(PROMPTS[i % len(PROMPTS)].encode(), add_bos=True)
-        toks: list[int] = []
-        for t in llm.generate(ids, top_k=1, temp=0.0, reset=True):
-            toks.append(t)
-            if len(toks) == num_tokens:
-                break
-        outs.append(toks)
-    return outs
-
-
-def llama_cpp_row(num_prompts: int, num_tokens: int) -> dict[str, Any] | None:
-    """llama.cpp's ``-ctk q8_0 -ctv q8_0`` against its f16 cache (greedy agreement as in
-    ``kv_accuracy``); None when llama-cpp-python is not installed."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    exact = llama_cpp_greedy(llama_cpp.GGML_TYPE_F16, num_prompts, num_tokens)
-    q8 = llama_cpp_greedy(llama_cpp.GGML_TYPE_Q8_0, num_prompts, num_tokens)
-    agree = sum(
-        next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
-        for a, b in zip(exact, q8, strict=True)
-    )
-    total = num_prompts * num_tokens
+def accuracy_row(row: KVAccuracy) -> dict[str, Any]:
     return {
-        "model": f"llama.cpp {llama_cpp.__version__} smollm2 (vs its f16 cache)",
-        "kv_cache_dtype": "q8_0 (-ctk q8_0 -ctv q8_0)",
-        "greedy_agreement": f"{agree}/{total}",
-        "agreement_pct": 100 * agree / total,
-        "mean_abs_dlogprob": float("nan"),
+        "engine": row.engine,
+        "kv_cache_dtype": row.kv_cache_dtype,
+        "reference": row.reference,
+        "greedy_agreement": f"{row.agreeing_tokens}/{row.total_tokens}" if row.agreeing_tokens >= 0 else "-",
+        "agreement_pct": 100 * row.agreement,
+        "mean_abs_dlogprob": row.mean_abs_dlogprob,
+        "text_perplexity": row.perplexity,
+        "text_mean_abs_dlogprob": row.text_mean_abs_dlogprob,
     }
+
+
+def accuracy_table(size: str) -> tuple[pd.DataFrame, str, bool]:
+    """forge's rows, and llama.cpp's on the same token ids when it can run (SmolLM2, llama-cpp-python
+    installed; the tiny model has no GGUF); the table, its setup's description and whether llama.cpp ran."""
+    setup = SETUPS[size]
+    run = measure_accuracy(setup)
+    rows = list(run.rows)
+    with_llama = setup.model == "smollm2" and llama_cpp_version() is not None
+    if with_llama:
+        rows += llama_cpp_rows(setup, run.inputs, setup.num_prompts)
+    described = (
+        f"`experiments.kv_accuracy.SETUPS[{size!r}]`: model={setup.model}, {setup.num_prompts} prompts x "
+        f"{setup.new_tokens} greedy tokens ({setup.prompt_tokens}-token prompts), perplexity text "
+        f"{run.inputs.scored_tokens + len(run.inputs.windows)} tokens in {len(run.inputs.windows)} windows of "
+        f"{setup.window} prefilled {setup.chunk} tokens per step"
+    )
+    return pd.DataFrame([accuracy_row(r) for r in rows]), described, with_llama
+
+
+def accuracy_notes(acc: pd.DataFrame, with_llama: bool, cpu_s: float) -> list[str]:
+    """The accuracy table's findings, from its rows."""
+    forge = acc[acc["engine"] == "forge"]
+    exact = forge.iloc[0]
+    parts = [
+        f"{r.kv_cache_dtype} {r.agreement_pct:.1f} % greedy agreement, text perplexity "
+        f"{r.text_perplexity:.3f} (mean |Δlogprob| {r.text_mean_abs_dlogprob:.4f})"
+        for r in forge.iloc[1:].itertuples()
+    ]
+    notes = [
+        f"- Accuracy (forge, against its exact float32 cache, text perplexity {exact['text_perplexity']:.3f}): "
+        + "; ".join(parts)
+        + f". The accuracy section took {cpu_s:.0f} CPU s."
+    ]
+    if with_llama:
+        f16, q8 = acc[acc["engine"] != "forge"].iloc[0], acc[acc["engine"] != "forge"].iloc[1]
+        notes.append(
+            f"- llama.cpp on the same GGUF and token ids: perplexity {f16['text_perplexity']:.3f} with its f16 "
+            f"cache, {q8['text_perplexity']:.3f} with `-ctk q8_0 -ctv q8_0` (mean |Δlogprob| "
+            f"{q8['text_mean_abs_dlogprob']:.4f}), greedy agreement {q8['agreement_pct']:.1f} % with its f16 "
+            "cache; its continuations' logprobs are not read (nan). Each engine is compared with its own exact "
+            "cache (llama.cpp computes with the Q4_1 weights in place, forge with them dequantized to float32)."
+        )
+    else:
+        notes.append(
+            "- llama.cpp's `-ctk q8_0 -ctv q8_0` is not run (tiny model: no GGUF; or llama-cpp-python missing)."
+        )
+    return notes
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
@@ -206,18 +196,10 @@ def run(out: Path, size: str) -> None:
     sim = simulated_rows(size)
     real, budget = real_rows(size)
     window, window_setup = window_table(size)
-    acc, acc_setup = accuracy_table(size)
+    acc_cpu0 = time.process_time()
+    acc, acc_setup, with_llama = accuracy_table(size)
+    acc_cpu = time.process_time() - acc_cpu0
     load1 = os.getloadavg()
-    if acc["model"].str.startswith("llama.cpp").any():
-        llama_note = (
-            "- The llama.cpp row is llama.cpp's `-ctk q8_0 -ctv q8_0` against its own f16 cache on the same "
-            "SmolLM2 GGUF and prompts (greedy agreement only: its logprobs are not read, hence nan); forge's rows "
-            "compare each KV dtype with forge's exact (float32) cache."
-        )
-    else:
-        llama_note = (
-            "- llama.cpp's `-ctk q8_0 -ctv q8_0` is not run (tiny model: no GGUF; or llama-cpp-python missing)."
-        )
     df = pd.concat([sim, real], ignore_index=True)
     write_results(out, df)
     window.to_csv(out / "window.csv", index=False)
@@ -228,6 +210,8 @@ def run(out: Path, size: str) -> None:
     fmt |= {"mean_tpot_ms": ".2f", "duration_s": ".2f"}
     f16, q8 = sim.iloc[0], sim.iloc[-1]
     r32, r8 = real.iloc[0], real.iloc[1]
+    acc_fmt = {"agreement_pct": ".1f", "mean_abs_dlogprob": ".4f", "text_perplexity": ".3f"}
+    acc_fmt["text_mean_abs_dlogprob"] = ".4f"
     win_cols = ["free_outside_window", "layout", "pool_pages", "page_kib", "peak_pages_held", "peak_kv_mib"]
     win_cols += ["last_pages_held", "last_kv_mib", "token_capacity", "same_tokens_as_off"]
     body = [
@@ -235,10 +219,10 @@ def run(out: Path, size: str) -> None:
             "Setup",
             [
                 f"- simulated: `{' '.join(sim_overrides(size))}`, `engine.kv_cache_dtype` auto (the preset's "
-                f"16-bit values) / fp8 / int8, `kvcache.num_blocks` = {SIM_BUDGET_GIB} GiB of KV divided by the "
-                "preset's KV bytes per token in that dtype (`ModelDims.kv_bytes_per_token`: one byte per value "
-                "plus the per-token scale's share when quantized) times the block size. The preset's own "
-                "sizing (0.9 x the H100's 80 GB less the weights: many times this budget) is not used, so that "
+                f"16-bit values) / fp8 / int8: `kvcache.num_blocks=auto` sizes the pool from "
+                f"`engine.kv_cache_memory_gib={SIM_BUDGET_GIB}` in the preset's KV bytes per token in that dtype "
+                "(`ModelDims.kv_bytes_per_token`: one byte per value plus the per-token scale's share when "
+                "quantized), not from the H100's 80 GB less the weights (many times this budget), so that "
                 "memory binds at this rate. "
                 "The simulated clock charges fp8 and int8 alike (one byte per value), so their rows are equal.",
                 f"- real: `{' '.join(real_overrides(size)[0])}` at {budget}, `kvcache.num_blocks=auto` sizing "
@@ -260,8 +244,7 @@ def run(out: Path, size: str) -> None:
                 f"- {r32['setup']}: int8 holds {r8['pool_tokens']} tokens against {r32['pool_tokens']} in "
                 f"float32 ({r8['pool_tokens'] / r32['pool_tokens']:.2f}x), max batch {r8['max_batch']} vs "
                 f"{r32['max_batch']}, preemptions {r8['num_preemptions']} vs {r32['num_preemptions']}.",
-                llama_note,
-                "- Perplexity on a fixed text (the issue's third accuracy figure) is not measured.",
+                *accuracy_notes(acc, with_llama, acc_cpu),
             ],
         ),
         *section("Quantized KV at a fixed budget", [table(df, cols, fmt)]),
@@ -276,10 +259,16 @@ def run(out: Path, size: str) -> None:
         *section(
             "Accuracy against the exact cache",
             [
-                f"{acc_setup}: greedy agreement = tokens before each continuation's first divergence; "
-                "mean |Δlogprob| of the exact continuation's tokens, teacher-forced.",
+                f"{acc_setup}. Text and prompts: `experiments/data/opticks_book1.txt` (the opening of Newton's "
+                "*Opticks*, book I, Project Gutenberg's public-domain text): its first tokens are the perplexity "
+                "text, the prompts seeded slices of the rest; llama.cpp is given forge's token ids. "
+                "greedy_agreement: tokens before each continuation's first divergence from the reference's; "
+                "mean_abs_dlogprob: of the reference's continuation tokens, teacher-forced; text_perplexity and "
+                "text_mean_abs_dlogprob: every text token but each window's first, teacher-forced (each later "
+                "chunk reads the earlier chunks' K/V back from the cache in its dtype). "
+                "nan / -: not measured, or the reference itself.",
                 "",
-                table(acc, list(acc.columns), {"agreement_pct": ".1f", "mean_abs_dlogprob": ".4f"}),
+                table(acc, list(acc.columns), acc_fmt),
             ],
         ),
     ]

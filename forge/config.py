@@ -32,6 +32,8 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8", "fp8", "fp8
 MODEL_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # engine.max_model_len=null: this many tokens, or the model's context length if that is shorter.
 DEFAULT_MAX_MODEL_LEN = 2048
+# GiB of KV memory when engine.kv_cache_memory_gib is null and no simulated GPU sizes the pool
+DEFAULT_KV_CACHE_MEMORY_GIB = 0.5
 
 
 class ConfigError(ValueError):
@@ -41,13 +43,16 @@ class ConfigError(ValueError):
 @dataclass
 class EngineConfig:
     """``max_model_len``: tokens per sequence; null = ``DEFAULT_MAX_MODEL_LEN`` capped at the model's
-    context length, a number above the model's context length is an error (see ``max_model_len_for``)."""
+    context length, a number above the model's context length is an error (see ``max_model_len_for``).
+    ``kv_cache_memory_gib``: the KV budget ``kvcache.num_blocks=auto`` sizes the pool from; null =
+    the simulated GPU's memory less the simulated weights under ``clock=simulated``, else
+    ``DEFAULT_KV_CACHE_MEMORY_GIB``."""
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None
     enable_chunked_prefill: bool = True
-    kv_cache_memory_gib: float = 0.5
+    kv_cache_memory_gib: float | None = None
     preemption_mode: str = "recompute"
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
@@ -257,5 +262,5 @@ def validate(cfg: DictConfig) -> None:
     if e.tensor_parallel_size > 1:
         _check_tensor_parallel(cfg, e.tensor_parallel_size)
     _check_backend_kv_dtype(cfg)
-    if e.kv_cache_memory_gib <= 0:
+    if e.kv_cache_memory_gib is not None and e.kv_cache_memory_gib <= 0:
         raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")

@@ -170,6 +170,18 @@ def test_simulated_clock_charges_kv_bytes_in_the_cache_dtype() -> None:
     assert t_fp8 == pytest.approx(t_exact * (1 + 4 / 128) / 2)
 
 
+def test_simulated_pool_honours_kv_cache_memory_gib_when_set() -> None:
+    """Under clock=simulated, num_blocks=auto sizes the pool from engine.kv_cache_memory_gib when it is
+    set (the preset's bytes per token in the cache dtype), and from the simulated GPU when it is null."""
+    dims = sim_engine("auto", "roofline").clock.model_dims
+    for name in ("auto", "int8"):
+        engine = sim_engine(name, "roofline", "engine.kv_cache_memory_gib=2", "kvcache.block_size=16")
+        per_token = engine.clock.model_dims.kv_bytes_per_token
+        assert engine.scheduler.kv.num_blocks == int(2 * 2**30 // (per_token * 16))
+    by_gpu = 0.9 * 80e9 - dims.num_params * dims.bytes_per_param  # the H100 preset: 80 GB, less the weights
+    assert sim_engine("auto", "roofline").scheduler.kv.num_blocks == int(by_gpu // (dims.kv_bytes_per_token * 16))
+
+
 def test_a_preset_clock_model_keeps_the_kv_dtype() -> None:
     engine = build_engine(
         compose_config(["model=tiny", "clock=simulated", "clock.model=llama-3-8b", "engine.kv_cache_dtype=int8"])

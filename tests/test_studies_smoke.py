@@ -28,7 +28,12 @@ def test_kv_memory_study_tiny(tmp_path) -> None:
     # the same 2 GiB hold about twice the tokens in one byte per value (less the scales' share)
     assert 1.8 < tokens["sim", "int8"] / tokens["sim", "auto"] < 2.0
     assert tokens["real", "int8"] > 2 * tokens["real", "auto"]
-    assert set(pd.read_csv(tmp_path / "accuracy.csv")["kv_cache_dtype"]) == {"int8", "fp8_e4m3", "fp8_e5m2"}
+    acc = pd.read_csv(tmp_path / "accuracy.csv")
+    dlogprob = dict(zip(acc["kv_cache_dtype"], acc["text_mean_abs_dlogprob"], strict=True))
+    assert set(dlogprob) == {"float32", "bfloat16", "int8", "fp8_e4m3", "fp8_e5m2"}
+    assert (acc["text_perplexity"] > 1).all()
+    # the fixed text's logprobs move with the cache's precision: 8 significant bits (bf16) < 3 (fp8_e5m2)
+    assert 0 < dlogprob["bfloat16"] < dlogprob["fp8_e5m2"]
     assert pd.read_csv(tmp_path / "window.csv")["same_tokens_as_off"].all()
     readme = (tmp_path / "README.md").read_text()
     assert "python -m experiments.run" in readme and "commit" in readme and "load average" in readme

@@ -9,7 +9,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from forge.config import ConfigError, max_model_len_for
+from forge.config import DEFAULT_KV_CACHE_MEMORY_GIB, ConfigError, max_model_len_for
 from forge.core.kv_groups import KVCacheGroups, group_layers
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
@@ -48,17 +48,20 @@ def auto_num_blocks(
     model: Model,
     groups: KVCacheGroups | None = None,
 ) -> int:
-    """Blocks that fit the KV memory budget: the simulated hardware's memory left after the
-    simulated weights, else ``engine.kv_cache_memory_gib`` of the real KV layout; never more
-    than every sequence at full length needs. With hybrid KV cache ``groups``: pages of that
-    layout (the same memory), never more than every sequence holds with its windows freed."""
+    """Blocks that fit the KV memory budget, ``engine.kv_cache_memory_gib`` when set, else the
+    simulated hardware's memory left after the simulated weights (``clock=simulated``) or
+    ``DEFAULT_KV_CACHE_MEMORY_GIB``, in bytes per token of the simulated model under
+    ``clock=simulated``, else of the real KV layout; never more than every sequence at full
+    length needs. With hybrid KV cache ``groups``: pages of that layout (the same memory), never
+    more than every sequence holds with its windows freed."""
+    gib = cfg.engine.kv_cache_memory_gib
     if isinstance(clock, SimulatedClock):
         dims = clock.model_dims
         per_token = dims.kv_bytes_per_token
-        budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param
+        budget = 0.9 * clock.hw.memory - dims.num_params * dims.bytes_per_param if gib is None else gib * 2**30
     else:
         per_token = spec.bytes_per_token()
-        budget = cfg.engine.kv_cache_memory_gib * 2**30
+        budget = (DEFAULT_KV_CACHE_MEMORY_GIB if gib is None else gib) * 2**30
     by_memory = int(budget // (per_token * block_size))
     by_demand = cfg.engine.max_num_seqs * -(-max_model_len // block_size)
     if groups is not None:
