@@ -230,9 +230,48 @@ static inline float hsum_ps(__m256 v)
                     int4_zero_term(sz + (n0 + j) * groups * 2, dsum + (m0 + i) * groups, groups);                 \
     }
 INT4_TILE(4, 2)
-INT4_TILE(1, 2)
 INT4_TILE(4, 1)
-INT4_TILE(1, 1)
+
+/* The 8 int32 partial sums of one group's 32 products q * xq. */
+static inline __m256i int4_group_dot(const uint8_t *nib, const int16_t *xq)
+{
+    const __m128i low = _mm_set1_epi8(0x0f), b = _mm_loadu_si128((const __m128i *)nib);
+    const __m256i qlo = _mm256_cvtepu8_epi16(_mm_and_si128(b, low));
+    const __m256i qhi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), low));
+    return _mm256_add_epi32(_mm256_madd_epi16(qlo, _mm256_loadu_si256((const __m256i *)xq)),
+                            _mm256_madd_epi16(qhi, _mm256_loadu_si256((const __m256i *)(xq + 16))));
+}
+
+/* One row by one output channel, eight groups at a time: their eight integer sums reduced into one
+ * vector (lane g = group g), then scaled by eight (s, z) pairs read as one vector (bfloat16 s in the
+ * low half of each 32-bit lane, z in the high half: both become float32 by masking). */
+static inline float int4_dot(const int16_t *xq, const float *d, const float *dsum, const uint8_t *nib,
+                             const uint16_t *sz, int64_t groups)
+{
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256 eight = _mm256_set1_ps(8.f);
+    int64_t g = 0;
+    for (; g + 8 <= groups; g += 8) {
+        __m256i p[8];
+        for (int t = 0; t < 8; ++t) p[t] = int4_group_dot(nib + (g + t) * 16, xq + (g + t) * INT4_GROUP);
+        const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                              _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(sz + 2 * g));
+        const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        const __m256 z = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(s, _mm256_loadu_ps(d + g)), acc);
+        acc = _mm256_fmadd_ps(_mm256_fnmadd_ps(eight, s, z), _mm256_loadu_ps(dsum + g), acc);
+    }
+    float tail = 0.f;
+    for (; g < groups; ++g) {
+        const float s = bf16_to_float(sz[2 * g]), z = bf16_to_float(sz[2 * g + 1]);
+        tail += (float)hsum_epi32(int4_group_dot(nib + g * 16, xq + g * INT4_GROUP)) * (s * d[g]) + (z - 8.f * s) * dsum[g];
+    }
+    return hsum_ps(acc) + tail;
+}
 #endif
 
 static void int4_columns(const int16_t *xq, const float *d, const float *dsum, const uint8_t *nib, const uint16_t *sz,
@@ -249,11 +288,11 @@ static void int4_columns(const int16_t *xq, const float *d, const float *dsum, c
             for (; c + 2 <= b1; c += 2) int4_tile_4x2(xq, d, dsum, nib, sz, k, r, c, ldo, out);
             for (; c < b1; ++c) int4_tile_4x1(xq, d, dsum, nib, sz, k, r, c, ldo, out);
         }
-        for (; r < m; ++r) {
-            int64_t c = b0;
-            for (; c + 2 <= b1; c += 2) int4_tile_1x2(xq, d, dsum, nib, sz, k, r, c, ldo, out);
-            for (; c < b1; ++c) int4_tile_1x1(xq, d, dsum, nib, sz, k, r, c, ldo, out);
-        }
+        const int64_t groups = k / INT4_GROUP;
+        for (int64_t c = b0; c < b1; ++c)
+            for (int64_t i = r; i < m; ++i)
+                out[i * ldo + c] = int4_dot(xq + i * k, d + i * groups, dsum + i * groups, nib + c * (k / 2),
+                                            sz + c * groups * 2, groups);
     }
 #else
     const int64_t groups = k / INT4_GROUP;
