@@ -176,7 +176,8 @@ def main() -> None:
     results = run(args.rows, args.samples)
     header = [
         f"Command: `python -m benchmarks.qgemm_kernels --rows {' '.join(map(str, args.rows))} "
-        f"--samples {args.samples}` at commit {commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"--samples {args.samples}{f' --threads {args.threads}' if args.threads else ''}` at commit {commit()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         f"Machine: {cpu_model()} ({platform.machine()}), {torch.get_num_threads()} threads, shared; forge's "
         f"kernels preferred here: {qgemm.forge_qgemm_preferred()} (AVX2 without VNNI); torch {torch.__version__}.",
         f"Load average (1, 5, 15 min) before: {tuple(round(v, 2) for v in load_before)}, "
