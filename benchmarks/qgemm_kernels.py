@@ -30,6 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -66,6 +67,11 @@ def time_calls(calls: list[Callable[[], object]], samples: int) -> Timing:
     return Timing(statistics.median(walls), statistics.median(cpus), (min(walls), max(walls)))
 
 
+def torch_int4(x_bf16: torch.Tensor, packed: torch.Tensor, scale_zero: torch.Tensor) -> torch.Tensor:
+    """torch's int4 product as the int4 weight format calls it: bfloat16 in, float32 out."""
+    return torch._weight_int4pack_mm_for_cpu(x_bf16, packed, 32, scale_zero).float()
+
+
 def products(k: int, n: int, x: torch.Tensor, copies: int) -> dict[str, list[Callable[[], object]]]:
     """Each product's calls, one per copy of the same weight."""
     gen = torch.Generator().manual_seed(k * n)
@@ -99,18 +105,17 @@ def products(k: int, n: int, x: torch.Tensor, copies: int) -> dict[str, list[Cal
                 w.t().contiguous(), col_scale.double(), torch.zeros(n, dtype=torch.long), 0, torch.qint8
             )
             packs = [torch.ops.quantized.linear_prepack(qw, None) for _ in range(copies)]
-        out["fbgemm"] = [lambda p=p: torch.ops.quantized.linear_dynamic(x, p, False) for p in packs]
+        out["fbgemm"] = [partial(torch.ops.quantized.linear_dynamic, x, p, False) for p in packs]
     nibs = [(nib.clone(), sz.clone()) for _ in range(copies)]
-    out["forge int4"] = [lambda a=a, b=b: qgemm.int4_gemm(x, a, b) for a, b in nibs]
+    out["forge int4"] = [partial(qgemm.int4_gemm, x, a, b) for a, b in nibs]
     if hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         packed = torch._convert_weight_to_int4pack_for_cpu(q4.t().contiguous(), 1)
         scale_zero = torch.stack((s4, z4), dim=-1).contiguous()
         xb = x.bfloat16()
         packs4 = [packed.clone() for _ in range(copies)]
-        int4mm = torch._weight_int4pack_mm_for_cpu
-        out["torch int4"] = [lambda p=p: int4mm(xb, p, 32, scale_zero).float() for p in packs4]
+        out["torch int4"] = [partial(torch_int4, xb, p, scale_zero) for p in packs4]
     floats = [w.clone() for _ in range(max(1, copies // 4))]
-    out["fp32"] = [lambda wc=wc: x @ wc for wc in floats]
+    out["fp32"] = [partial(torch.mm, x, wc) for wc in floats]
     return out
 
 
