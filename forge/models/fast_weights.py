@@ -44,11 +44,8 @@ from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
 INT4_GROUP_SIZE = 32
-# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured):
-# torch's int4 kernel against _int_mm with VNNI; forge's (qgemm) against forge's AVX2 int8 kernel, which
-# does less arithmetic per weight and wins from 2 rows on even with the weights read from memory.
+# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured).
 INT4_MAX_ROWS = 8
-FORGE_INT4_MAX_ROWS = 1
 
 
 class Int8DynamicLinear(PackedLinear):
@@ -152,23 +149,20 @@ def int4_available() -> bool:
 
 class Int4GroupLinear(PackedLinear):
     """``x @ weight`` with 4-bit group-quantized weights (``quantize_int4_groups``) for at most
-    ``max_rows`` rows (default: ``FORGE_INT4_MAX_ROWS`` on forge's kernel, else ``INT4_MAX_ROWS``):
-    through forge's ``qgemm.int4_gemm`` with ``forge_kernels`` (default: ``qgemm.forge_qgemm_preferred()``),
-    else ``torch._weight_int4pack_mm_for_cpu`` on bfloat16 activations; more rows go through
-    ``Int8RowwiseLinear`` on an int8 copy of the original weight."""
+    ``max_rows`` rows: through forge's ``qgemm.int4_gemm`` with ``forge_kernels`` (default:
+    ``qgemm.forge_qgemm_preferred()``), else ``torch._weight_int4pack_mm_for_cpu`` on bfloat16
+    activations; more rows go through ``Int8RowwiseLinear`` on an int8 copy of the original weight."""
 
     def __init__(
-        self, weight_in_out: torch.Tensor, max_rows: int | None = None, forge_kernels: bool | None = None
+        self, weight_in_out: torch.Tensor, max_rows: int = INT4_MAX_ROWS, forge_kernels: bool | None = None
     ) -> None:
         self.in_features, self.out_features = weight_in_out.shape
         if self.out_features % 16:
             raise ValueError(f"int4: {self.out_features} output channels is not a multiple of 16")
+        self.max_rows = max_rows
         self.group_size = INT4_GROUP_SIZE
         q, self.scale, self.zero = quantize_int4_groups(weight_in_out, self.group_size)
         self.forge_kernels = qgemm.forge_qgemm_preferred() if forge_kernels is None else forge_kernels
-        self.max_rows = (
-            max_rows if max_rows is not None else FORGE_INT4_MAX_ROWS if self.forge_kernels else INT4_MAX_ROWS
-        )
         if self.forge_kernels:
             self._packed, self._scale_zero = qgemm.pack_int4(q, self.scale, self.zero)
         else:
