@@ -50,7 +50,7 @@ VARIANTS = {
 # What a decode step of each variant reads per parameter (layers, LM head), its K/V element size,
 # and the GEMM kind bounding it with many rows. int8: per-channel scales left out (< 1%); int4: 4 bits
 # plus a bfloat16 scale and zero per group of 32 = 0.625 bytes, its LM head int8; int4 products of more
-# than 8 rows (on forge's AVX2 kernels: more than 1, fast_weights.FORGE_INT4_MAX_ROWS) run the int8 GEMM.
+# than 8 rows run the int8 GEMM.
 VARIANT_FORMATS: dict[str, tuple[WeightBytes, float, str]] = {
     "fp32": (WeightBytes(4.0, 4.0), 4.0, "fp32"),
     "fp32-cpu": (WeightBytes(4.0, 4.0), 4.0, "fp32"),

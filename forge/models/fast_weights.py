@@ -44,7 +44,10 @@ from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
 INT4_GROUP_SIZE = 32
-# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured).
+# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured with
+# torch's kernels on a VNNI CPU). forge's AVX2 int8 kernel is faster than its int4 one from 2 rows on
+# (reports/cpu/kernels.md), but the limit stays: short prompts keep the 4-bit grid in prefill and decode
+# (with 1, SmolLM2's greedy continuation of a 5-token prompt diverged from float32 at token 5).
 INT4_MAX_ROWS = 8
 
 
