@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from forge.kernels.base import LinearWeight
+from forge.kernels.cpu import qgemm
 from forge.models.fast_weights import (
     INT4_GROUP_SIZE,
     Int4GroupLinear,
@@ -25,7 +26,7 @@ from forge.models.fast_weights import (
 from forge.models.llama import Llama, build_tiny
 from tests.forward_helpers import greedy, prefill_logits, top1_agreement
 
-pytestmark = pytest.mark.skipif(not int4_available(), reason="torch lacks _weight_int4pack_mm_for_cpu")
+pytestmark = pytest.mark.skipif(not int4_available(), reason="no int4 kernel here (forge's or torch's)")
 
 
 def q4_1_like(k: int, n: int, seed: int, scale_dtype: torch.dtype) -> torch.Tensor:
@@ -77,7 +78,7 @@ def test_int4_linear_multiplies_by_the_quantized_grid() -> None:
     torch.manual_seed(3)
     k, n = 192, 80
     w = torch.randn(k, n) / k**0.5
-    lin = Int4GroupLinear(w, max_rows=4)
+    lin = Int4GroupLinear(w, max_rows=4, forge_kernels=False)  # torch's kernel (forge's: tests/test_qgemm.py)
     x = torch.randn(3, k)
     out = lin(x)
     ref = x.bfloat16().double() @ dequantize_int4_groups(*quantize_int4_groups(w)).double()
@@ -88,7 +89,7 @@ def test_int4_linear_multiplies_by_the_quantized_grid() -> None:
     torch.testing.assert_close(lin(x.view(3, 1, k)).view(3, n), out)
     torch.testing.assert_close(lin(x[:1]), out[:1])  # a row's result does not depend on the others
     many = torch.randn(5, k)  # more than max_rows: the int8 copy
-    assert torch.equal(lin(many), Int8RowwiseLinear(w)(many))
+    assert torch.equal(lin(many), Int8RowwiseLinear(w, forge_kernels=False)(many))
     with pytest.raises(ValueError, match="multiple of 16"):
         Int4GroupLinear(torch.randn(64, 24))
 
@@ -124,6 +125,7 @@ def test_apply_weight_format_int4_packs_layers_and_rescores_the_int8_head() -> N
 
 def test_missing_int4_kernel_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(torch, "_weight_int4pack_mm_for_cpu")
+    monkeypatch.setattr(qgemm, "forge_qgemm_preferred", lambda: False)  # a CPU without forge's kernels
     with pytest.raises(ValueError, match="int4"):
         apply_weight_format(build_tiny(dtype="float32"), "int4")
 

@@ -4,18 +4,21 @@ family; the ``weights`` option).
 - ``same``: keep the model dtype; with float32 this is the exact path.
 - ``int8``: CPU only. Every linear weight (QKV, output, gate/up, down and the LM head) is
   quantized per output channel to int8; activations are quantized per row (per token) on
-  the fly, and ``torch._int_mm`` (int8 x int8 -> int32, AVX-512 VNNI through oneDNN) does
-  the product, rescaled by the row and channel scales (quantization and rescaling each in one
-  pass on forge's C kernels when they build here: the same bits as the torch ops, which are the
-  fallback). Approximate: greedy continuations diverge from float32 after a few tokens
+  the fly, and an exact int8 x int8 -> int32 product, rescaled by the row and channel scales,
+  gives the output: ``torch._int_mm`` (oneDNN; fast with VNNI), or on a CPU with AVX2 and no VNNI
+  forge's AVX2 kernel (``forge.kernels.cpu.qgemm``, which decides: ``forge_qgemm_preferred``),
+  whose int32 sums are the same bits. (Quantization and rescaling run each in one pass on forge's
+  C kernels when they build here: the same bits as the torch ops, which are the fallback.)
+  Approximate: greedy continuations diverge from float32 after a few tokens
   (``tests/test_fast_weights_int8.py`` pins the measured agreement); use it for speed studies only.
 - ``int4``: CPU only; for batch-1 decode. Every layer weight (QKV, output, gate/up, down) is also
   quantized to 4 bits in groups of 32 input channels with an asymmetric scale and zero per group
   (the grid of a Q4_1 GGUF, so SmolLM2's weights come back exactly up to the bfloat16 rounding of
-  the group scales), packed for ``torch._weight_int4pack_mm_for_cpu``. That kernel is fast only with
-  bfloat16 activations and then costs time linear in the rows, so a product with at most
-  ``INT4_MAX_ROWS`` rows casts the activations to bfloat16 and runs it (output back to float32),
-  and a bigger one runs the ``int8`` product on an int8 copy of the same weight (both are kept).
+  the group scales). A product with at most ``INT4_MAX_ROWS`` rows runs a 4-bit kernel: on a CPU
+  with AVX2 and no VNNI forge's (``forge.kernels.cpu.qgemm.int4_gemm``: activations quantized to
+  int16 per group of 32, llama.cpp's Q4_1 x Q8_1 with 16-bit activations), else ``torch._weight_int4pack_mm_for_cpu`` on
+  bfloat16 activations (output back to float32). Either costs time linear in the rows, so a bigger
+  product runs the ``int8`` product on an int8 copy of the same weight (both are kept).
   The LM head stays ``int8`` (4 bits there flip the greedy argmax), and for as few rows the top 16
   logits of each row are recomputed in float32 (``RescoredInt8Head``): with it the int4 kernel's
   SmolLM2 matches float32's top-1 at every prompt position we tried. Approximate, like ``int8``: with
@@ -36,12 +39,15 @@ from typing import Any, TypeVar
 import torch
 
 from forge.kernels.base import LinearWeight, PackedLinear
-from forge.kernels.cpu import native
+from forge.kernels.cpu import native, qgemm
 from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
 INT4_GROUP_SIZE = 32
-# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured).
+# Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured with
+# torch's kernels on a VNNI CPU). forge's AVX2 int8 kernel is faster than its int4 one from 2 rows on
+# (reports/cpu/kernels.md), but the limit stays: short prompts keep the 4-bit grid in prefill and decode
+# (with 1, SmolLM2's greedy continuation of a 5-token prompt diverged from float32 at token 5).
 INT4_MAX_ROWS = 8
 
 
@@ -72,9 +78,11 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Int8RowwiseLinear(PackedLinear):
     """``x @ weight`` with int8 weights (one scale per output channel) and int8 activations
-    (one scale per row, computed on the fly): ``(q_x @ q_w) * s_x * s_w`` through ``torch._int_mm``."""
+    (one scale per row, computed on the fly): ``(q_x @ q_w) * s_x * s_w`` through ``torch._int_mm``
+    or, with ``forge_kernels`` (default: ``qgemm.forge_qgemm_preferred()``), forge's AVX2 kernel:
+    the same bits either way."""
 
-    def __init__(self, weight_in_out: torch.Tensor) -> None:
+    def __init__(self, weight_in_out: torch.Tensor, forge_kernels: bool | None = None) -> None:
         w = weight_in_out.detach().float()
         self.in_features, self.out_features = w.shape
         self.scale = (w.abs().amax(dim=0) / 127.0).clamp_min(1e-12)  # [out]
@@ -82,6 +90,9 @@ class Int8RowwiseLinear(PackedLinear):
         self._qweight_out_in = torch.round(w / self.scale).to(torch.int8).t().contiguous()
         self._qweight_in_out = self._qweight_out_in.t()
         self._native = native.available()
+        self.forge_kernels = qgemm.forge_qgemm_preferred() if forge_kernels is None else forge_kernels
+        if self.forge_kernels and not self._native:
+            raise ValueError("int8: forge's kernels were asked for but do not build here")
 
     @property
     def qweight(self) -> torch.Tensor:
@@ -92,6 +103,8 @@ class Int8RowwiseLinear(PackedLinear):
         if x.dim() == 2 and x.dtype == torch.float32:  # the common case without reshapes and casts
             if self._native:  # the same bits in one pass each (forge.kernels.cpu.native)
                 q, row_scale = native.quantize_rows(x.contiguous())
+                if self.forge_kernels:
+                    return qgemm.int8_gemm(q, self._qweight_out_in, row_scale, self.scale)
                 return native.rescale_int_mm(torch._int_mm(q, self._qweight_in_out), row_scale, self.scale)
             q, row_scale = quantize_rows(x)
             return (torch._int_mm(q, self._qweight_in_out) * row_scale).mul_(self.scale)
@@ -128,28 +141,42 @@ def dequantize_int4_groups(q: torch.Tensor, scale: torch.Tensor, zero: torch.Ten
     return (q.float() - 8.0) * scale.float().repeat_interleave(g, 0) + zero.float().repeat_interleave(g, 0)
 
 
-def int4_available() -> bool:
+def torch_int4_available() -> bool:
     return hasattr(torch, "_weight_int4pack_mm_for_cpu") and hasattr(torch, "_convert_weight_to_int4pack_for_cpu")
 
 
-class Int4GroupLinear(PackedLinear):
-    """``x @ weight`` with 4-bit group-quantized weights (``quantize_int4_groups``) through
-    ``torch._weight_int4pack_mm_for_cpu`` on bfloat16 activations for at most ``max_rows`` rows;
-    more rows go through ``Int8RowwiseLinear`` on an int8 copy of the original weight."""
+def int4_available() -> bool:
+    """Whether ``Int4GroupLinear`` has a 4-bit kernel here (forge's where preferred, else torch's)."""
+    return qgemm.forge_qgemm_preferred() or torch_int4_available()
 
-    def __init__(self, weight_in_out: torch.Tensor, max_rows: int = INT4_MAX_ROWS) -> None:
+
+class Int4GroupLinear(PackedLinear):
+    """``x @ weight`` with 4-bit group-quantized weights (``quantize_int4_groups``) for at most
+    ``max_rows`` rows: through forge's ``qgemm.int4_gemm`` with ``forge_kernels`` (default:
+    ``qgemm.forge_qgemm_preferred()``), else ``torch._weight_int4pack_mm_for_cpu`` on bfloat16
+    activations; more rows go through ``Int8RowwiseLinear`` on an int8 copy of the original weight."""
+
+    def __init__(
+        self, weight_in_out: torch.Tensor, max_rows: int = INT4_MAX_ROWS, forge_kernels: bool | None = None
+    ) -> None:
         self.in_features, self.out_features = weight_in_out.shape
         if self.out_features % 16:
             raise ValueError(f"int4: {self.out_features} output channels is not a multiple of 16")
         self.max_rows = max_rows
         self.group_size = INT4_GROUP_SIZE
         q, self.scale, self.zero = quantize_int4_groups(weight_in_out, self.group_size)
-        self._packed = torch._convert_weight_to_int4pack_for_cpu(q.t().contiguous(), 1)
-        self._scale_zero = torch.stack((self.scale, self.zero), dim=-1).contiguous()  # [K/g, N, 2]
-        self.fallback = Int8RowwiseLinear(weight_in_out)
+        self.forge_kernels = qgemm.forge_qgemm_preferred() if forge_kernels is None else forge_kernels
+        if self.forge_kernels:
+            self._packed, self._scale_zero = qgemm.pack_int4(q, self.scale, self.zero)
+        else:
+            self._packed = torch._convert_weight_to_int4pack_for_cpu(q.t().contiguous(), 1)
+            self._scale_zero = torch.stack((self.scale, self.zero), dim=-1).contiguous()  # [K/g, N, 2]
+        self.fallback = Int8RowwiseLinear(weight_in_out, forge_kernels)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2 and x.shape[0] <= self.max_rows:  # the decode fast path: as few ops as possible
+            if self.forge_kernels:
+                return qgemm.int4_gemm(x.float().contiguous(), self._packed, self._scale_zero).to(x.dtype)
             return torch._weight_int4pack_mm_for_cpu(
                 x.to(torch.bfloat16), self._packed, self.group_size, self._scale_zero
             ).to(x.dtype)
@@ -235,6 +262,8 @@ def apply_weight_format(model: ModelT, weights: str) -> ModelT:
         return model.with_linears(_pack_fbgemm, _pack_fbgemm("lm_head", model.lm_head))
     if weights == "int4":
         if not int4_available():
-            raise ValueError("weights=int4 needs torch._weight_int4pack_mm_for_cpu (torch >= 2.6)")
+            raise ValueError(
+                "weights=int4 needs forge's AVX2 kernels or torch._weight_int4pack_mm_for_cpu (torch >= 2.6)"
+            )
         return model.with_linears(_pack_int4, _rescored_head(model))
     return model.with_linears(_pack_int8, _pack_int8("lm_head", model.lm_head))

@@ -32,7 +32,7 @@ COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c11")
 # Per source: -ffast-math lets the softmax's expf vectorize (glibc's libmvec). quant.c must match
 # torch's float arithmetic bit for bit, so it gets none. Fast-math is given to compile steps only,
 # so the link step does not add crtfastmath.o (which would set flush-to-zero process-wide).
-SOURCES = {"paged_attention.c": ("-ffast-math",), "quant.c": ()}
+SOURCES = {"paged_attention.c": ("-ffast-math",), "quant.c": (), "qgemm.c": ()}
 LINK_FLAGS = ("-shared", "-fopenmp")
 LIBS = ("-lmvec", "-lm")
 
@@ -101,6 +101,9 @@ def library() -> ctypes.CDLL:
         fn.restype = ctypes.c_int
     lib.forge_quantize_rows.argtypes = [ptr, ptr, ptr, i64, i64, ctypes.c_int]
     lib.forge_rescale_int_mm.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ctypes.c_int]
+    lib.forge_int8_gemm.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int]
+    lib.forge_int4_gemm.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64, ctypes.c_int]
+    lib.forge_int4_gemm.restype = ctypes.c_int
     return lib
 
 
