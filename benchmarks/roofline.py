@@ -117,7 +117,7 @@ class Limits:
     read_bytes_per_s: float  # a reduction over a large array: bytes read per second
     fp32_flops: float  # torch.mm float32, large square
     int8_ops: float  # the faster of torch._int_mm and fbgemm's int8 linear, large square
-    int_mm_ops: float  # torch._int_mm alone (forge's int8 product)
+    int_mm_ops: float  # torch._int_mm alone (forge's int8 product on CPUs with VNNI)
 
     @property
     def bandwidth(self) -> float:

@@ -27,8 +27,8 @@ family; the ``weights`` option).
   activation scale per tensor. The down projection stays float32 there: its input
   (SiLU(gate) * up) has outliers that a per-tensor scale crushes.
 
-bfloat16 linear weights are deliberately absent: on this CPU (AMD EPYC with AVX-512 VNNI and
-AVX512_BF16, no AMX) plain bfloat16 GEMMs ran slower than float32 at every batch size we measured.
+bfloat16 linear weights are deliberately absent: on the CPU they were measured on (AMD EPYC with AVX-512
+VNNI and AVX512_BF16, no AMX) plain bfloat16 GEMMs ran slower than float32 at every batch size tried.
 """
 
 from __future__ import annotations
