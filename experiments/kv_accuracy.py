@@ -132,12 +132,7 @@ def perplexity(logprobs: list[list[float]]) -> float:
 
 def _run(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> list[Request]:
     requests = [Request(f"r{i}", list(p), params) for i, p in enumerate(prompts)]
-    for r in requests:
-        engine.add_request(r)
-    for _ in range(100_000):  # bounded: every request finishes within its prompt's chunks + max_tokens steps
-        if not engine.has_unfinished():
-            break
-        engine.step()
+    engine.run(requests)
     return requests
 
 

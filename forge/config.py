@@ -21,13 +21,15 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
+from forge.kernels import kv_quant
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling")
 
 
 # engine.kv_cache_dtype: "auto" stores K/V in the model's dtype; int8 and fp8 (= fp8_e4m3, as in
 # vLLM) quantize them with a scale per token and KV head (forge.kernels.kv_quant).
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = ("auto", *kv_quant.KV_CACHE_DTYPES)
 # model.dtype (and drafter.model.dtype): the floating-point dtypes the models compute in.
 MODEL_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # engine.max_model_len=null: this many tokens, or the model's context length if that is shorter.

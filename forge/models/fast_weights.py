@@ -40,10 +40,10 @@ import torch
 
 from forge.kernels.base import LinearWeight, PackedLinear
 from forge.kernels.cpu import native, qgemm
+from forge.kernels.cpu.qgemm import INT4_GROUP_SIZE
 from forge.models.decoder import DecoderModel
 
 WEIGHT_FORMATS = ("same", "int8", "int4", "int8_fbgemm")
-INT4_GROUP_SIZE = 32
 # Rows up to which the int4 kernel beats the int8 one on SmolLM2's shapes at one thread (measured with
 # torch's kernels on a VNNI CPU). forge's AVX2 int8 kernel is faster than its int4 one from 2 rows on
 # (reports/cpu/kernels.md), but the limit stays: short prompts keep the 4-bit grid in prefill and decode

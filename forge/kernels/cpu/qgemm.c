@@ -35,12 +35,25 @@
 #define INT4_GROUP 32
 #define L2_BLOCK_BYTES 131072
 
-static void column_range(int64_t n, int64_t align, int tid, int nth, int64_t *begin, int64_t *end)
+/* The calling thread's share [begin, end) of n output columns, in multiples of align (inside a parallel
+   region: split over its threads; outside, or without OpenMP: all of them). */
+static void thread_columns(int64_t n, int64_t align, int64_t *begin, int64_t *end)
 {
+#ifdef _OPENMP
+    const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+#else
+    const int tid = 0, nth = 1;
+#endif
     int64_t per = (n + nth - 1) / nth;
     per = (per + align - 1) / align * align;
     *begin = per * tid < n ? per * tid : n;
     *end = *begin + per < n ? *begin + per : n;
+}
+
+/* Threads for an m x n x k product: one below the size where a second thread pays for itself. */
+static int gemm_threads(int64_t m, int64_t n, int64_t k, int num_threads)
+{
+    return m * n * k >= 65536 ? num_threads : 1;
 }
 
 /* ---------------------------------------------------------------- int8 x int8 -> int32 */
@@ -134,15 +147,11 @@ static void int8_columns(const int8_t *x, const int8_t *w, int64_t m, int64_t n_
 void forge_int8_gemm(const int8_t *x, const int8_t *w, const float *row_scale, const float *col_scale, void *out,
                      int64_t m, int64_t n, int64_t k, int num_threads)
 {
-    const int threads = m * n * k >= 65536 ? num_threads : 1;
+    const int threads = gemm_threads(m, n, k, num_threads);
 #pragma omp parallel num_threads(threads)
     {
         int64_t begin, end;
-#ifdef _OPENMP
-        column_range(n, 4, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
-#else
-        column_range(n, 4, 0, 1, &begin, &end);
-#endif
+        thread_columns(n, 4, &begin, &end);
         int8_columns(x, w, m, begin, end, k, n, out, row_scale, col_scale);
     }
 }
@@ -326,15 +335,11 @@ int forge_int4_gemm(const float *x, const uint8_t *nib, const uint16_t *sz, floa
     }
     float *dsum = d + m * groups;
     for (int64_t r = 0; r < m; ++r) quantize_groups(x + r * k, k, xq + r * k, d + r * groups, dsum + r * groups);
-    const int threads = m * n * k >= 65536 ? num_threads : 1;
+    const int threads = gemm_threads(m, n, k, num_threads);
 #pragma omp parallel num_threads(threads)
     {
         int64_t begin, end;
-#ifdef _OPENMP
-        column_range(n, 2, omp_get_thread_num(), omp_get_num_threads(), &begin, &end);
-#else
-        column_range(n, 2, 0, 1, &begin, &end);
-#endif
+        thread_columns(n, 2, &begin, &end);
         int4_columns(xq, d, dsum, nib, sz, m, begin, end, k, n, out);
     }
     free(xq);

@@ -3,8 +3,8 @@ that decides whether the int8 / int4 weight formats use them (``forge_qgemm_pref
 
 Without VNNI, ``torch._int_mm`` (oneDNN) falls to a slow reference path (about 0.5 GOP/s on an AMD
 EPYC Zen 3), and torch's int4 kernel wants bfloat16 activations; ``int8_gemm`` (exact int32 sums,
-the same bits as ``torch._int_mm``) and ``int4_gemm`` (llama.cpp's Q4_1 x Q8_1 scheme) run on
-AVX2. Where the CPU has VNNI (``avx512_vnni`` or ``avx_vnni``), oneDNN's int8 GEMM is the faster
+the same bits as ``torch._int_mm``) and ``int4_gemm`` (llama.cpp's Q4_1 x Q8_1 scheme with 16-bit
+activations) run on AVX2. Where the CPU has VNNI (``avx512_vnni`` or ``avx_vnni``), oneDNN's int8 GEMM is the faster
 one and the torch kernels stay.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from forge.kernels.cpu import native
 
-INT4_GROUP_SIZE = 32
+INT4_GROUP_SIZE = 32  # input channels per 4-bit group (Q4_1's block); fast_weights uses this one
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 
