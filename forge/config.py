@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,5 +265,5 @@ def validate(cfg: DictConfig) -> None:
     if e.tensor_parallel_size > 1:
         _check_tensor_parallel(cfg, e.tensor_parallel_size)
     _check_backend_kv_dtype(cfg)
-    if e.kv_cache_memory_gib is not None and e.kv_cache_memory_gib <= 0:
-        raise ConfigError(f"engine.kv_cache_memory_gib must be > 0, got {e.kv_cache_memory_gib}")
+    if e.kv_cache_memory_gib is not None and not (math.isfinite(e.kv_cache_memory_gib) and e.kv_cache_memory_gib > 0):
+        raise ConfigError(f"engine.kv_cache_memory_gib must be a finite number > 0, got {e.kv_cache_memory_gib}")

@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("engine.max_num_batched_tokens=-5", "engine.max_num_batched_tokens"),
         ("engine.max_model_len=0", "engine.max_model_len"),
         ("engine.kv_cache_memory_gib=-1", "engine.kv_cache_memory_gib"),
+        ("engine.kv_cache_memory_gib=nan", "engine.kv_cache_memory_gib"),
+        ("engine.kv_cache_memory_gib=inf", "engine.kv_cache_memory_gib"),
     ],
 )
 def test_negative_engine_sizes(override: str, names: str) -> None:
