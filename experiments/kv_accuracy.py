@@ -212,9 +212,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=None, help="instead of the size's number of prompts")
     ap.add_argument("--tokens", type=int, default=None, help="instead of the size's greedy tokens per prompt")
     args = ap.parse_args()
+    for flag, value in (("--prompts", args.prompts), ("--tokens", args.tokens)):
+        if value is not None and value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
     setup = SETUPS[args.size]
     setup = dataclasses.replace(
-        setup, num_prompts=args.prompts or setup.num_prompts, new_tokens=args.tokens or setup.new_tokens
+        setup,
+        num_prompts=setup.num_prompts if args.prompts is None else args.prompts,
+        new_tokens=setup.new_tokens if args.tokens is None else args.tokens,
     )
     print(f"load average at start: {os.getloadavg()}; {setup}", flush=True)
     for row in measure(setup).rows:
