@@ -159,6 +159,7 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
         return sched
 
     engine.scheduler.schedule = recording  # type: ignore[method-assign]
+    engine.decode_runs = False  # every step through schedule
     engine.run(workload_requests(cfg, engine))
     prompt = {rid: tl.num_prompt_tokens for rid, tl in engine.recorder.requests.items()}
     clock = engine.clock

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
+from forge.engine.sim_runner import SimulationRunner
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
 from forge.sched.beam import BeamSearches
@@ -24,9 +27,10 @@ from forge.tokenizers.base import Tokenizer
 
 if TYPE_CHECKING:  # a simulated run's runner imports no torch; ModelRunner's module does
     from forge.engine.runner import ModelRunner
-    from forge.engine.sim_runner import SimulationRunner
 
 log = logging.getLogger("forge.engine.engine")
+
+MAX_RUN_STEPS = 256  # the most steps one ``DecodeRun`` takes
 
 
 @contextmanager
@@ -53,6 +57,11 @@ class LeakError(RuntimeError):
 
 
 class Engine:
+    """Steps the scheduler, the runner and the clock (``step``), or runs a list of requests to the
+    end (``run``). ``decode_runs``: in ``run``, take a ``DecodeRun`` (consecutive steps of plain
+    decodes, computed at once) wherever the scheduler, runner and clock can; the outputs and the
+    metrics are those of stepping through it (tested). False: step by step."""
+
     def __init__(
         self,
         scheduler: Scheduler,
@@ -72,6 +81,7 @@ class Engine:
         self.drafter = drafter
         self.spec_stats = SpecDecodeStats()
         self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
+        self.decode_runs = True
         clock.bind(dims or runner.model.dims)
 
     @property
@@ -266,8 +276,38 @@ class Engine:
                     pending[i].arrival_time += offset
                     self.add_request(pending[i])
                     i += 1
-                for out in self._step().finished:
+                next_arrival = offset + pending[i].arrival_time if i < len(pending) else math.inf
+                for out in self._advance(next_arrival):
                     finals[out.request_id] = out
                     bar.update(1)
         self.check_idle()
         return finals
+
+    def _advance(self, next_arrival: float) -> list[RequestOutput]:
+        """The finished outputs of the next step, or of the next steps as one ``DecodeRun`` when the
+        runner, the scheduler and the clock can take one: the same steps, ending before the one that
+        would see ``next_arrival``."""
+        runner = self.runner
+        if (
+            self.decode_runs
+            and isinstance(runner, SimulationRunner)
+            and runner.decode_runs
+            and self.drafter is None
+            and not self.beams
+        ):
+            plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
+            if plan is not None and (ends := self.clock.decode_step_ends(plan, next_arrival)):
+                return self._decode_run(runner, plan.truncated(len(ends)), ends)
+        return self._step().finished
+
+    def _decode_run(self, runner: SimulationRunner, run: DecodeRun, ends: list[float]) -> list[RequestOutput]:
+        """Take ``run``'s steps, which end at ``ends``: what stepping through them records and returns."""
+        start = self.clock.now()
+        usage = self.scheduler.start_decode_run(run)
+        finished = self.scheduler.finish_decode_run(run, runner.execute_decode_run(run))
+        self.clock.wait_until(ends[-1])
+        self.recorder.on_decode_run(run, start, ends, usage)
+        outputs = StepOutputs(finished_decodes=finished).finished
+        for request in finished:
+            del self.requests[request.request_id]
+        return outputs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from forge.core.decode_run import DecodeRun
 from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
@@ -30,6 +31,17 @@ class HostModel(Protocol):
     ) -> OneHotLogits: ...
 
 
+@runtime_checkable
+class DecodeRunModel(Protocol):
+    """A ``HostModel`` that computes a ``DecodeRun`` at once: ``forward_host_run(run, block_size,
+    kv_caches)`` writes each row's tokens' KV where ``forward_host`` would over the run's steps and
+    returns each row's ``num_steps`` greedy tokens (its logits' argmax), the same as those steps'."""
+
+    def forward_host_run(
+        self, run: DecodeRun, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
+    ) -> list[list[int]]: ...
+
+
 class SimulationRunner:
     """The model runner for a ``HostModel`` on a CPU backend, with ``ModelRunner``'s interface
     (``model``, ``hidden_model``, ``execute``, ``close``) and arguments.
@@ -40,7 +52,9 @@ class SimulationRunner:
     (prompt logprobs and embeddings, which need logits or hidden states at prompt positions; sampling
     other than plain greedy; verifying drafts) goes to ``tensor_runner()``, a ``ModelRunner`` over
     tensors viewing the same memory, built (and torch imported) the first time it is needed.
-    ``host = False`` sends every step there: the reference the host path is tested against."""
+    ``host = False`` sends every step there: the reference the host path is tested against.
+    ``decode_runs``: whether ``execute_decode_run`` can compute a ``DecodeRun`` (a ``DecodeRunModel``
+    on the host path); the engine asks the scheduler for runs only then."""
 
     def __init__(
         self,
@@ -81,6 +95,7 @@ class SimulationRunner:
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
         self.host = True
+        self._run_model: DecodeRunModel | None = model if isinstance(model, DecodeRunModel) else None
         self._tensor_runner: ModelRunner | None = None
 
     def tensor_runner(self) -> ModelRunner:
@@ -106,6 +121,16 @@ class SimulationRunner:
                 cpu_kv_caches=tensors(self.cpu_kv_caches),
             )
         return self._tensor_runner
+
+    @property
+    def decode_runs(self) -> bool:
+        return self.host and self._run_model is not None
+
+    def execute_decode_run(self, run: DecodeRun) -> list[list[int]]:
+        """Each row's greedy tokens over the run (``DecodeRunModel.forward_host_run``)."""
+        if not self.host or self._run_model is None:
+            raise TypeError(f"{type(self.model).__name__} computes no decode runs on this runner")
+        return self._run_model.forward_host_run(run, self.block_size, self.kv_caches)
 
     def apply_block_ops(self, sched: SchedulerOutput) -> None:
         """The step's KV copies, before its forward: swap-out, copy-on-write, swap-in."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from forge.core.decode_run import DecodeRun
 from forge.core.kv_groups import KVCacheGroups
 from forge.core.request import Request
 
@@ -77,6 +78,10 @@ class KVCacheManager(ABC):
       all-or-nothing; False if the GPU pool cannot. The request keeps its computed tokens.
     - ``take_block_ops()``: the tensor copies (swap, copy-on-write) decided since the
       last call, for the runner; the scheduler calls it once per step.
+    - ``decode_run_fits(run)``: whether ``reserve_decode_run`` takes the ``DecodeRun`` (its requests
+      being every holder of blocks); a pure query. ``reserve_decode_run(run)`` then allocates its
+      slots as its steps' ``decode_slot`` calls would, in the same order, and returns each step's
+      ``usage`` of the requests still running after it (the finishing rows freed after their last).
 
     KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
     table and ``group_tables(request_id)`` the other groups' (empty with one group).
@@ -124,6 +129,12 @@ class KVCacheManager(ABC):
 
     def group_tables(self, request_id: str) -> tuple[list[int], ...]:
         return ()
+
+    def decode_run_fits(self, run: DecodeRun) -> bool:
+        return False
+
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+        raise NotImplementedError(f"{type(self).__name__} takes no decode runs (decode_run_fits is False)")
 
     def token_capacity(self, max_chunk: int) -> int:
         return self.num_blocks * self.block_size

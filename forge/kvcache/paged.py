@@ -3,6 +3,7 @@ fork with copy-on-write, and swapping to a CPU pool."""
 
 from __future__ import annotations
 
+from forge.core.decode_run import DecodeRun
 from forge.core.request import Request
 from forge.kvcache.base import BlockOps, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import Block, BlockPool
@@ -161,6 +162,56 @@ class PagedKVCache(KVCacheManager):
             return table  # the token's slot is in a block it holds alone, nothing to cache: no allocation
         end = request.num_computed_tokens + 1
         return self._tables[request.request_id] if self.allocate_slots(request, end, end) else None
+
+    def decode_run_fits(self, run: DecodeRun) -> bool:
+        """Without prefix caching, shared or swapped blocks, the run's requests holding every block,
+        when the free pool holds every block the run needs (so no step waits for a row's free)."""
+        if self.enable_prefix_caching or self.pool.num_shared or self._swapped:
+            return False
+        if len(self._blocks) != len(run.requests):
+            return False
+        bs = self.block_size
+        need = 0
+        for start, n, table in zip(run.starts, run.num_steps, run.block_tables, strict=True):
+            need += max(-(-(start + n) // bs) - len(table), 0)
+        return need <= self.pool.num_free
+
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+        bs = self.block_size
+        opening: list[tuple[int, int]] = []  # (step, row) of each position opening a new block
+        for i, (start, n, table) in enumerate(zip(run.starts, run.num_steps, run.block_tables, strict=True)):
+            opening.extend((j, i) for j in range(len(table) * bs - start, n, bs))
+        opening.sort()
+        free_before = self.pool.num_free
+        new = self.pool.allocate(len(opening))
+        if new is None:
+            raise ValueError(f"the decode run needs {len(opening)} blocks, {free_before} are free")
+        allocated = [0] * run.steps
+        rids = [r.request_id for r in run.requests]
+        for (j, i), block in zip(opening, new, strict=True):
+            self._blocks[rids[i]].append(block)
+            self._tables[rids[i]].append(block.block_id)
+            allocated[j] += 1
+        return self._run_usage(run, free_before, allocated)
+
+    def _run_usage(self, run: DecodeRun, free: int, allocated: list[int]) -> list[KVUsage]:
+        """``usage(running)`` after each step of ``run`` (``usage``'s one-holder-per-block case): ``free``
+        blocks before it, ``allocated[j]`` taken at step j, a finishing row's blocks back after its last."""
+        bs, total = self.block_size, self.num_blocks * self.block_size
+        ending: dict[int, list[int]] = {}
+        for i in run.finish_order():
+            ending.setdefault(run.num_steps[i] - 1, []).append(i)
+        rows, starts = len(run.starts), sum(run.starts)
+        usages = []
+        for j in range(run.steps):
+            free -= allocated[j]
+            for i in ending.get(j, ()):
+                free += len(run.block_tables[i])
+                rows -= 1
+                starts -= run.starts[i]
+            tokens = starts + rows * (j + 1)
+            usages.append(KVUsage(total, tokens, 0, (self.num_blocks - free) * bs - tokens, 0, free * bs))
+        return usages
 
     def _copy_on_write(self, rid: str, blocks: list[Block], index: int) -> None:
         src = blocks[index]

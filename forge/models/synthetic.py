@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import struct
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
 from forge.models.base import Model, ModelDims, OneHotLogits
@@ -55,6 +57,8 @@ class SyntheticModel(Model):
             raise ValueError(f"model.order must be >= 1, got {order}")
         if not 0.0 <= repetitiveness <= 1.0:
             raise ValueError(f"model.repetitiveness must be in [0, 1], got {repetitiveness}")
+        if not 0.0 < peak < math.inf:  # the token's logit: greedy picks it (forward_host_run relies on it)
+            raise ValueError(f"model.peak must be > 0 and finite, got {peak}")
         self.seed = seed
         self.order = order
         self.threshold = int(repetitiveness * 2**32)
@@ -178,6 +182,17 @@ class SyntheticModel(Model):
             held = self._views = (k_cache, v_cache, (k_array.data, v_array.data, k_array, v_array))
         return held[2]
 
+    def forward_host_run(
+        self, run: DecodeRun, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
+    ) -> list[list[int]]:
+        """The run's greedy tokens, row by row (``forge.engine.sim_runner.DecodeRunModel``): what
+        ``forward_host`` computes step by step, each step's token the next step's input."""
+        k, v, _, _ = self._host_views(kv_caches[0])
+        return [
+            self._decode_row(k, v, block_size, start, token, table, n)
+            for start, token, table, n in zip(run.starts, run.token_ids, run.block_tables, run.num_steps, strict=True)
+        ]
+
     def _decode(
         self,
         k: memoryview,
@@ -188,22 +203,32 @@ class SyntheticModel(Model):
         tables: list[list[int]],
         tokens: list[int],
     ) -> None:
-        """Plain decodes, column-wise: write each row's token at its position and append the token
-        that follows to ``tokens`` (``next_token`` inlined: this is a simulated run's whole model cost)."""
+        """Plain decodes, one step: append the token that follows each row's to ``tokens``."""
+        decode_row = self._decode_row
+        for p, token, table in zip(starts, token_ids, tables, strict=True):
+            tokens += decode_row(k, v, bs, p, token, table, 1)
+
+    def _decode_row(
+        self, k: memoryview, v: memoryview, bs: int, p: int, token: int, table: list[int], n: int
+    ) -> list[int]:
+        """``n`` decode steps of one row from position ``p``: write the token at its position, then
+        sample the token after it (``next_token`` inlined: this is a simulated run's whole model cost)."""
         seed, threshold, span, back = self.seed, self.threshold, _LAST - _FIRST, self.order - 1
         unpack, seed_key = self._unpack_context, (self.seed,)
-        sampled = tokens.append
-        for p, token, table in zip(starts, token_ids, tables, strict=True):
+        sampled: list[int] = []
+        for p in range(p, p + n):  # noqa: B020 (p: the position, from the row's first)
             off = p % bs
             slot = table[p // bs] * bs + off
             k[slot] = v[slot] = token
             if off < back:  # the context spans blocks
-                sampled(self.next_token(self._context(k, table, bs, p), p))
+                token = self.next_token(self._context(k, table, bs, p), p)
             elif hash((seed, -1, p, token)) & 0xFFFFFFFF < threshold:  # the gate (token: the last in ctx)
-                sampled(_FIRST + hash(seed_key + unpack(k, 8 * (slot - back))) % span)
+                token = _FIRST + hash(seed_key + unpack(k, 8 * (slot - back))) % span
             else:
                 key = (seed, p) + unpack(k, 8 * (slot - back))  # noqa: RUF005 (faster than unpacking)
-                sampled(_FIRST + hash(key) % span)
+                token = _FIRST + hash(key) % span
+            sampled.append(token)
+        return sampled
 
     def _context(self, k: memoryview, table: list[int], bs: int, pos: int) -> tuple[int, ...]:
         """The ``order`` tokens ending at ``pos`` (-1 before the sequence), read from the cache's host view."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
 from forge.kvcache.base import KVUsage
@@ -141,6 +142,27 @@ class MetricsRecorder:
                 kv_total_slots=kv.total_slots,
             )
         )
+
+    def on_decode_run(self, run: DecodeRun, start: float, ends: list[float], kv: list[KVUsage]) -> None:
+        """``on_step`` for each step of ``run`` (taken from ``start``; step j ends at ``ends[j]``, its
+        KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
+        timelines = self.requests
+        for r, n, finishing in zip(run.requests, run.num_steps, run.finishing, strict=True):
+            tl = timelines[r.request_id]
+            tl.token_times += ends[:n]
+            tl.num_output_tokens = len(r.output_token_ids)
+            if r.num_cached_tokens > tl.num_cached_tokens:
+                tl.num_cached_tokens = r.num_cached_tokens
+            if finishing:
+                tl.finish_time = ends[n - 1]
+                tl.finish_reason = r.status.value
+                tl.num_preemptions = r.num_preemptions
+        steps = self.steps
+        for (rows, _), end, usage, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
+            record = (len(steps), start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, usage.used_fraction)
+            sizes = (usage.token_slots, usage.reserved_slots, usage.internal_frag_slots, usage.external_frag_slots)
+            steps.append(StepRecord(*record, *sizes, usage.free_slots, usage.total_slots))
+            start = end
 
     def requests_frame(self) -> pd.DataFrame:
         """One row per request; built column-wise (a 10,000-request run has millions of token times)."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
-from forge.kvcache.base import KVCacheManager
+from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.policies.base import Policy, PolicyContext
 from forge.sched.step_outputs import StepOutputs
 from forge.sched.step_rows import StepRows
@@ -314,6 +315,67 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.push(request)
 
+    # -- runs of plain decode steps ------------------------------------------------------
+    def plan_decode_run(self, max_steps: int) -> DecodeRun | None:
+        """The next steps (at most ``max_steps``) as one ``DecodeRun``, when each would be ``schedule``'s
+        plain decodes of every running request in order and only a length limit can end one: nothing
+        waiting, swapped or to fork; every request plain greedy with no constraint, ignoring EOS, with
+        no stop tokens; the budget holding the batch; the KV cache taking the run
+        (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. No side effect:
+        ``start_decode_run`` commits it or a truncation of it."""
+        running = self.running
+        budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
+        if not running or len(self.waiting) or self.swapped or self._forks or len(running) > budget:
+            return None
+        order = self.policy.running_order(running)
+        if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):
+            return None
+        status, max_len = RequestStatus.RUNNING, self.limits.max_model_len
+        starts, tokens, tables, num_steps, finishing = [], [], [], [], []
+        for r in running:
+            p = r.sampling_params
+            if (
+                r.status is not status
+                or not r.is_decoding
+                or not p.plain_greedy
+                or r.constraint is not None
+                or not p.ignore_eos
+                or p.stop_token_ids
+            ):
+                return None
+            n_out = len(r.output_token_ids)
+            left = min(p.max_tokens - n_out, max_len - len(r.prompt_token_ids) - n_out)
+            starts.append(r.num_computed_tokens)
+            tokens.append(r.output_token_ids[-1])
+            tables.append(self.kv.block_table(r.request_id))
+            num_steps.append(min(left, max_steps))
+            finishing.append(left <= max_steps)
+        run = DecodeRun(list(running), starts, tokens, tables, num_steps, finishing)
+        return run if self.kv.decode_run_fits(run) else None
+
+    def start_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+        """Reserve the KV slots of ``run`` (``plan_decode_run``'s, or a truncation of it); returns each
+        step's KV usage as ``kv.usage(running)`` reads after that step."""
+        return self.kv.reserve_decode_run(run)
+
+    def finish_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> list[Request]:
+        """Append each row's sampled ``tokens`` (``num_steps[i]`` of them), finish the finishing rows and
+        free their blocks, in the order they end; returns them in that order."""
+        length = RequestStatus.FINISHED_LENGTH
+        for request, sampled, n, ends in zip(run.requests, tokens, run.num_steps, run.finishing, strict=True):
+            if len(sampled) != n:
+                raise ValueError(f"request {request.request_id}: {len(sampled)} tokens for {n} steps")
+            request.output_token_ids.extend(sampled)
+            request.num_computed_tokens += n
+            if ends:
+                request.status = length
+        finished = [run.requests[i] for i in run.finish_order()]
+        if finished:
+            for request in finished:
+                self.kv.free(request)
+            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
+        return finished
+
     # -- after the model ran ---------------------------------------------------------
     def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
         """Advance each row's request by the tokens computed for it and append the tokens it
@@ -457,6 +519,10 @@ class Scheduler:
             request.status = RequestStatus.FINISHED_LENGTH
             return True
         return False
+
+
+def _differ(a: Request, b: Request) -> bool:
+    return a is not b
 
 
 def _without(skipped: list[Request], requests: list[Request], tokens: list[int]) -> tuple[list[Request], list[int]]:

@@ -11,6 +11,7 @@ from operator import mul
 from pathlib import Path
 from typing import Any
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.models.base import ModelDims
 from forge.models.presets import model_dims
@@ -86,6 +87,11 @@ class CostModel(ABC):
     def step_time_of(self, sched: SchedulerOutput) -> float:
         return self.step_time(BatchShape.of(sched))
 
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
+        """``step_time_of`` a step of ``num_decodes`` plain decodes whose contexts after the step sum
+        to ``context_sum``, for a model that needs no more of such a step; None: it needs each row."""
+        return None
+
 
 class RooflineCostModel(CostModel):
     """max(compute time, memory time) + a fixed per-step overhead.
@@ -130,6 +136,9 @@ class RooflineCostModel(CostModel):
             seq + decode_seq,
             sampled + num_decodes,
         )
+
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
+        return self._time(num_decodes, context_sum, num_decodes, context_sum, num_decodes)
 
     def _time(self, tokens: int, query_seq: int, query_sq: int, seq_lens: int, num_sampled: int) -> float:
         """From the sums over requests of q, q * s, q * q and s (q new tokens, s context after the step)."""
@@ -252,6 +261,19 @@ class ProfiledCostModel(CostModel):
             return 0.0
         return self.predict(batch_features(batch))
 
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
+        n = num_decodes
+        return self.predict(
+            {
+                "num_seqs": n,
+                "num_tokens": n,
+                "num_prefill_seqs": 0,
+                "decode_context_tokens": context_sum,
+                "prefill_attn_pairs": 0.0,
+                "num_sampled": n,
+            }
+        )
+
 
 class Clock(ABC):
     """``now()`` in seconds since the run started. The engine calls ``step_started`` /
@@ -270,6 +292,13 @@ class Clock(ABC):
 
     @abstractmethod
     def step_finished(self, sched: SchedulerOutput) -> None: ...
+
+    def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
+        """For ``run``'s steps taken from now: the time each ends (what ``step_finished`` would advance
+        to), up to the first that ends at or after ``deadline`` (the step after it would see an
+        arrival). Nothing advances; ``wait_until`` the last commits them. Empty: this clock cannot
+        tell a step's time before it is taken (the wall clock's default)."""
+        return []
 
     def bind(self, model: ModelDims) -> None:
         """Told the running model's dimensions once, before the first step."""
@@ -312,6 +341,19 @@ class PredictedClock(Clock):
 
     def step_finished(self, sched: SchedulerOutput) -> None:
         self._now += self.cost_model.step_time_of(sched)
+
+    def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
+        time_of = self.cost_model.decode_step_time
+        t, ends = self._now, []
+        for rows, context in run.step_shapes():
+            dt = time_of(rows, context)
+            if dt is None:
+                return []
+            t += dt
+            ends.append(t)
+            if t >= deadline:
+                break
+        return ends
 
 
 COST_MODELS = ("roofline", "operators")

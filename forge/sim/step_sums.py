@@ -73,3 +73,7 @@ class SummedCostModel(CostModel):
         if sched.num_batched_tokens == 0:
             return 0.0
         return self.time_of(StepSums.of_sched(sched))
+
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
+        n = num_decodes
+        return self.time_of(StepSums(n, n, context_sum, 0, 0, 0.0, n))

@@ -1,0 +1,69 @@
+"""A run of plain decode steps taken at once (``forge.sched.scheduler.Scheduler.plan_decode_run``):
+plain data the scheduler, the KV cache, the runner, the clock and the metrics each read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from forge.core.request import Request
+
+
+@dataclass
+class DecodeRun:
+    """``steps`` consecutive engine steps of plain decodes (``Request.is_decoding``) and nothing else.
+
+    Row i is ``requests[i]``: at step j (from 0) it computes the token at position ``starts[i] + j``
+    and samples the next one, for ``num_steps[i]`` steps (at least 1, at most ``steps``); its first
+    computed token is ``token_ids[i]`` (its last output token), each later one the token it sampled
+    the step before. ``block_tables[i]`` is its block table (the KV cache's list: it grows as the run's
+    slots are reserved). ``finishing[i]``: the request ends (its length limit) after its last step;
+    a row that is not finishing runs every step. Step j holds the rows with ``num_steps > j``, in row
+    order: equal, step by step, to what ``schedule`` would give."""
+
+    requests: list[Request]
+    starts: list[int]
+    token_ids: list[int]
+    block_tables: list[list[int]]
+    num_steps: list[int]
+    finishing: list[bool]
+
+    @property
+    def steps(self) -> int:
+        return max(self.num_steps)
+
+    def truncated(self, steps: int) -> DecodeRun:
+        """The run's first ``steps`` steps (a row cut short no longer finishes in it)."""
+        if steps >= self.steps:
+            return self
+        cut = [min(n, steps) for n in self.num_steps]
+        finishing = [f and n <= steps for f, n in zip(self.finishing, self.num_steps, strict=True)]
+        return DecodeRun(self.requests, self.starts, self.token_ids, self.block_tables, cut, finishing)
+
+    def step_shapes(self) -> Iterator[tuple[int, int]]:
+        """Per step: its rows (each a decode of one token) and the sum of their contexts after it."""
+        ending: dict[int, tuple[int, int]] = {}  # step -> rows whose last step it is, their starts' sum
+        for start, n in zip(self.starts, self.num_steps, strict=True):
+            rows, starts = ending.get(n - 1, (0, 0))
+            ending[n - 1] = (rows + 1, starts + start)
+        rows, starts = len(self.starts), sum(self.starts)
+        for j in range(self.steps):
+            yield rows, starts + rows * (j + 1)
+            done, done_starts = ending.get(j, (0, 0))
+            rows -= done
+            starts -= done_starts
+
+    def running_after(self) -> list[int]:
+        """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""
+        ended = [0] * self.steps
+        for n, f in zip(self.num_steps, self.finishing, strict=True):
+            ended[n - 1] += f
+        left, out = len(self.num_steps), []
+        for e in ended:
+            left -= e
+            out.append(left)
+        return out
+
+    def finish_order(self) -> list[int]:
+        """The finishing rows' indices in the order they end: by last step, then row order."""
+        return sorted((i for i, f in enumerate(self.finishing) if f), key=self.num_steps.__getitem__)

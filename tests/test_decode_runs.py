@@ -1,0 +1,161 @@
+"""A run of plain decode steps taken at once (``DecodeRun``) gives what stepping through it gives:
+the same tokens, finals in the same order, the same per-request and per-step metrics (KV usage
+included) and the same KV cache state, whatever ends or interrupts it (length limits, arrivals,
+preemption, swaps, requests it cannot take)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from forge.config import compose_config
+from forge.core.decode_run import DecodeRun
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
+from forge.engine.build import build_engine, workload_requests
+from forge.engine.engine import Engine
+from forge.kvcache.paged import PagedKVCache
+
+BASE = ["model=synthetic", "clock=simulated", "progress=false", "report=false"]
+POISSON = ["workload=poisson", "workload.num_requests=40", "workload.arrivals.rate=40", "workload.output_len.high=64"]
+CASES = {
+    "vllm_v0-operators": [
+        *POISSON,
+        "scheduler=vllm_v0",
+        "clock.cost=operators",
+        "engine.enable_chunked_prefill=false",
+        "engine.max_num_batched_tokens=2048",
+    ],
+    "fcfs-roofline": [*POISSON, "scheduler=fcfs"],
+    "sjf": [*POISSON, "scheduler=sjf"],
+    "priority": [*POISSON, "scheduler=priority", "workload.num_priorities=3"],
+    "sarathi": [*POISSON, "scheduler=sarathi"],
+    "decode_first": [*POISSON, "scheduler=decode_first"],
+    "all-at-once": ["workload=sharegpt", "workload.num_requests=30"],
+    "max-model-len": [*POISSON, "engine.max_model_len=160", "workload.input_len.high=120"],
+    "preemption": [*POISSON, "kvcache.num_blocks=48", "engine.max_num_batched_tokens=256"],
+    "swap": [*POISSON, "kvcache.num_blocks=48", "engine.preemption_mode=swap", "kvcache.num_cpu_blocks=96"],
+    "block-size-1": [*POISSON, "kvcache.block_size=1", "kvcache.num_blocks=4096"],
+    "order5-bs4": [*POISSON, "model.order=5", "kvcache.block_size=4", "kvcache.num_blocks=2048"],
+    "mixed-sampling": [*POISSON, "sampling=random"],
+    "prefix-caching": ["workload=shared_prefix", "workload.num_requests=12", "kvcache.enable_prefix_caching=true"],
+    "naive-cache": [*POISSON, "kvcache=naive"],
+}
+
+
+def run(overrides: list[str], decode_runs: bool) -> tuple[list[tuple[str, list[int]]], Engine, int]:
+    """Finals (id, tokens) in the order ``run`` returns them, the engine, and the steps taken in runs."""
+    cfg = compose_config([*BASE, *overrides])
+    engine = build_engine(cfg)
+    engine.decode_runs = decode_runs
+    plan = engine.scheduler.plan_decode_run
+    planned = []
+
+    def counting(max_steps: int) -> DecodeRun | None:
+        run = plan(max_steps)
+        planned.append(run)
+        return run
+
+    engine.scheduler.plan_decode_run = counting  # type: ignore[method-assign]
+    finals = engine.run(workload_requests(cfg, engine))
+    taken = len(engine.recorder.steps) - sum(1 for p in planned if p is None) if planned else 0
+    return [(rid, list(out.token_ids)) for rid, out in finals.items()], engine, taken
+
+
+def same_run(a: Engine, b: Engine) -> None:
+    assert a.recorder.steps_frame().equals(b.recorder.steps_frame())
+    assert a.recorder.requests_frame().equals(b.recorder.requests_frame())
+    assert a.scheduler.kv.stats() == b.scheduler.kv.stats()
+    assert a.clock.now() == b.clock.now()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_decode_runs_equal_stepping(case: str) -> None:
+    fast, e1, taken = run(CASES[case], decode_runs=True)
+    slow, e2, none = run(CASES[case], decode_runs=False)
+    assert none == 0 and len(fast) >= 12
+    assert fast == slow
+    same_run(e1, e2)
+    if case in ("prefix-caching", "naive-cache", "mixed-sampling"):  # caches or requests runs do not take
+        assert taken == 0
+    elif case in ("preemption", "swap"):  # requests wait for blocks most of the time: few runs
+        assert taken > 10
+    else:
+        assert taken > len(e1.recorder.steps) // 3  # most decode steps went through runs
+
+
+def test_runs_stop_before_an_arrival_and_at_each_length_limit() -> None:
+    """Requests with different lengths and arrivals: the run ends before the step that sees the next
+    arrival, and a row whose length limit comes first leaves it at that step."""
+    cfg = compose_config([*BASE, "workload=poisson", "workload.num_requests=2"])
+    lengths = [(5, 0.0), (40, 0.0), (3, 0.0), (12, 0.05), (7, 0.3)]
+    results = []
+    for decode_runs in (True, False):
+        engine = build_engine(cfg)
+        engine.decode_runs = decode_runs
+        requests = [
+            Request(f"r{i}", [40 + i] * (20 + i), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), at)
+            for i, (n, at) in enumerate(lengths)
+        ]
+        finals = engine.run(requests)
+        results.append(([(rid, list(o.token_ids)) for rid, o in finals.items()], engine))
+    (fast, e1), (slow, e2) = results
+    assert fast == slow
+    assert sorted(len(t) for _, t in fast) == [3, 5, 7, 12, 40]
+    same_run(e1, e2)
+
+
+def decoding(kv: PagedKVCache, rid: str, computed: int, outputs: int) -> Request:
+    """A request decoding after ``computed`` tokens (its prompt and all but its last output) with its blocks."""
+    r = Request(rid, [1] * (computed - outputs + 1), SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True))
+    r.output_token_ids = [2] * outputs
+    assert kv.allocate_slots(r, computed, computed)
+    r.num_computed_tokens = computed
+    return r
+
+
+def test_reserved_blocks_and_usage_are_those_of_step_by_step_decode_slots() -> None:
+    """``reserve_decode_run`` hands out blocks in ``decode_slot``'s order, step by step, and reports the
+    usage ``usage(running)`` reads after each step (rows freed after their last)."""
+    computed = [(16, 1), (31, 3), (5, 2)]  # at a block boundary, one short of it, inside a block
+    num_steps, finishing = [20, 33, 2], [True, False, True]
+    stepped, reserved = PagedKVCache(64, 16), PagedKVCache(64, 16)
+    rows = [decoding(stepped, f"r{i}", c, o) for i, (c, o) in enumerate(computed)]
+    twins = [decoding(reserved, f"r{i}", c, o) for i, (c, o) in enumerate(computed)]
+    run = DecodeRun(
+        twins,
+        [r.num_computed_tokens for r in twins],
+        [r.output_token_ids[-1] for r in twins],
+        [reserved.block_table(r.request_id) for r in twins],
+        num_steps,
+        finishing,
+    )
+    assert reserved.decode_run_fits(run)
+    usages: list[Any] = []
+    at_finish: dict[str, list[int]] = {}
+    running = list(rows)
+    for j in range(run.steps):
+        for r in list(running):
+            assert stepped.decode_slot(r) is not None
+            r.num_computed_tokens += 1
+        for i, r in enumerate(rows):
+            if finishing[i] and num_steps[i] == j + 1:
+                at_finish[r.request_id] = stepped.holders()[r.request_id]
+                running.remove(r)
+                stepped.free(r)
+        usages.append(stepped.usage(running))
+    assert reserved.reserve_decode_run(run) == usages
+    held = reserved.holders()
+    assert held == {**stepped.holders(), **at_finish}
+    assert run.running_after() == [3] + [2] * 18 + [1] * 14
+    assert list(run.step_shapes())[19] == (2, (16 + 20) + (31 + 20))
+
+
+def test_a_run_that_does_not_fit_the_free_blocks_is_refused() -> None:
+    kv = PagedKVCache(4, 4)
+    r = decoding(kv, "a", 12, 1)  # 3 blocks held, one free
+    run = DecodeRun([r], [12], [2], [kv.block_table("a")], [4], [True])
+    assert kv.decode_run_fits(run)
+    assert not kv.decode_run_fits(run.__class__([r], [12], [2], [kv.block_table("a")], [5], [True]))
+    assert run.truncated(2).num_steps == [2] and run.truncated(2).finishing == [False]
