@@ -39,6 +39,7 @@ class SamplingParams:
     draw from a generator seeded by ``(seed, position)``, so their tokens never depend on what else is in the batch.
     ``logit_bias`` maps token ids to a bias added to their logits before anything else (OpenAI's).
     ``plain_greedy``: greedy with no penalties, bias or logprobs, so the token is the logits' argmax.
+    ``greedy_to_length``: plain greedy ending only at its length limit (EOS ignored, no stop tokens).
     ``prompt_logprobs``: the request's first output carries, per prompt token, its logprob given the
     tokens before it plus the top-k (None for the first token); such a request computes its whole
     prompt (no prefix-cache hits).
@@ -68,6 +69,7 @@ class SamplingParams:
     json_schema: Mapping[str, Any] | bool | None = None  # the output is JSON matching this schema
     regex: str | None = None  # the output matches this regular expression
     plain_greedy: bool = field(init=False, repr=False, compare=False)
+    greedy_to_length: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Refuses values outside the module's ranges (and NaN/inf) with ValueError."""
@@ -102,6 +104,7 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(self.logit_bias)))
         plain = self.greedy and self.logprobs is None and not self.needs_penalties and not self.logit_bias
         object.__setattr__(self, "plain_greedy", plain)
+        object.__setattr__(self, "greedy_to_length", plain and self.ignore_eos and not self.stop_token_ids)
 
     @property
     def greedy(self) -> bool:

@@ -180,7 +180,10 @@ class PagedKVCache(KVCacheManager):
         bs = self.block_size
         opening: list[tuple[int, int]] = []  # (step, row) of each position opening a new block
         for i, (start, n, table) in enumerate(zip(run.starts, run.num_steps, run.block_tables, strict=True)):
-            opening.extend((j, i) for j in range(len(table) * bs - start, n, bs))
+            j = len(table) * bs - start
+            while j < n:
+                opening.append((j, i))
+                j += bs
         opening.sort()
         free_before = self.pool.num_free
         new = self.pool.allocate(len(opening))

@@ -7,13 +7,14 @@ import bisect
 import itertools
 import math
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
+from forge.kernels.cpu import synthetic as chain
 from forge.models.base import Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
 from forge.tokenizers.base import ByteTokenizer
@@ -26,6 +27,16 @@ if TYPE_CHECKING:  # torch only for the tensor path (``forward``): the host path
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
 _PHI = 0.6180339887498949  # the golden ratio's fraction: stand-in hidden states' frequency step
 _VECTOR_MIN = 32  # chunks of at least this many tokens are written to the cache as arrays
+
+
+class HostViews(NamedTuple):
+    """A host cache's K and V slots as memoryviews, flat int64 arrays and the arrays' addresses."""
+
+    k: memoryview
+    v: memoryview
+    k_array: np.ndarray
+    v_array: np.ndarray
+    addresses: tuple[int, int]
 
 
 class SyntheticModel(Model):
@@ -52,6 +63,7 @@ class SyntheticModel(Model):
         max_position: int = 32768,
         dims: str = "llama-3-8b",
         device: str = "cpu",
+        native: bool = True,
     ) -> None:
         if order < 1:
             raise ValueError(f"model.order must be >= 1, got {order}")
@@ -69,10 +81,11 @@ class SyntheticModel(Model):
         self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype="int64")
         self.dims: ModelDims = model_dims(dims)
         self.device = device  # where ``forward_host``'s logits go when made dense
+        self.native = native  # decode with forge's C chain where it loads (False: the Python chain)
         # ``order`` consecutive int64 KV slots as a tuple, from a byte offset in the cache's host view
         self._unpack_context = struct.Struct(f"={order}q").unpack_from
         # the host views of the cache last run on, with the arrays or tensors they view (``_host_views``)
-        self._views: tuple[object, object, tuple[memoryview, memoryview, np.ndarray, np.ndarray]] | None = None
+        self._views: tuple[object, object, HostViews] | None = None
 
     def next_token(self, context: tuple[int, ...], position: int) -> int:
         gate = hash((self.seed, -1, position, context[-1])) & 0xFFFFFFFF
@@ -138,19 +151,22 @@ class SyntheticModel(Model):
         self, sched: SchedulerOutput, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
     ) -> OneHotLogits:
         """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""
-        k, v, k_array, v_array = self._host_views(kv_caches[0])
         bs = block_size
+        d = sched.decodes
+        tokens: list[int] = []
+        if d.starts:
+            ones = [1] * len(d.starts)
+            tokens += itertools.chain.from_iterable(
+                self._decode_rows(kv_caches[0], bs, d.starts, d.token_ids, ones, d.block_tables)
+            )
+        k, v, k_array, v_array, _ = self._host_views(kv_caches[0])
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
-        tokens: list[int] = []
-        d = sched.decodes
-        if d.starts:
-            self._decode(k, v, bs, d.starts, d.token_ids, d.block_tables, tokens)
         for s in sched.chunks:
             table = s.block_table
             if s.num_tokens == 1 and s.sample:  # a decode after another chunk
-                self._decode(k, v, bs, [s.start], s.token_ids, [table], tokens)
+                tokens += self._decode_row(k, v, bs, s.start, s.token_ids[0], table, 1)
                 continue
             if s.num_tokens < _VECTOR_MIN:
                 p = s.start
@@ -168,10 +184,10 @@ class SyntheticModel(Model):
                     tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
 
-    def _host_views(self, layer: HostKVLayer | KVLayer) -> tuple[memoryview, memoryview, np.ndarray, np.ndarray]:
+    def _host_views(self, layer: HostKVLayer | KVLayer) -> HostViews:
         """Views sharing the host cache's memory (numpy arrays, or CPU tensors), each slot one int64
-        (1 head x head_dim 1): as memoryviews (fast single items) and flat numpy arrays (fast runs).
-        Made once per cache, not per step."""
+        (1 head x head_dim 1): as memoryviews (fast single items), flat numpy arrays (fast runs) and
+        addresses (the C chain). Made once per cache, not per step."""
         k_cache, v_cache = layer
         held = self._views
         if held is None or held[0] is not k_cache or held[1] is not v_cache:
@@ -179,7 +195,8 @@ class SyntheticModel(Model):
             if not all(a.flags.c_contiguous and a.dtype == np.int64 for a in (k_array, v_array)):
                 raise ValueError("the synthetic model's host cache must be contiguous int64 arrays")
             k_array, v_array = k_array.reshape(-1), v_array.reshape(-1)  # views: contiguous
-            held = self._views = (k_cache, v_cache, (k_array.data, v_array.data, k_array, v_array))
+            addresses = (k_array.ctypes.data, v_array.ctypes.data)
+            held = self._views = (k_cache, v_cache, HostViews(k_array.data, v_array.data, k_array, v_array, addresses))
         return held[2]
 
     def forward_host_run(
@@ -187,26 +204,26 @@ class SyntheticModel(Model):
     ) -> list[list[int]]:
         """The run's greedy tokens, row by row (``forge.engine.sim_runner.DecodeRunModel``): what
         ``forward_host`` computes step by step, each step's token the next step's input."""
-        k, v, _, _ = self._host_views(kv_caches[0])
-        return [
-            self._decode_row(k, v, block_size, start, token, table, n)
-            for start, token, table, n in zip(run.starts, run.token_ids, run.block_tables, run.num_steps, strict=True)
-        ]
+        return self._decode_rows(kv_caches[0], block_size, run.starts, run.token_ids, run.num_steps, run.block_tables)
 
-    def _decode(
+    def _decode_rows(
         self,
-        k: memoryview,
-        v: memoryview,
+        layer: HostKVLayer | KVLayer,
         bs: int,
         starts: list[int],
         token_ids: list[int],
+        num_steps: list[int],
         tables: list[list[int]],
-        tokens: list[int],
-    ) -> None:
-        """Plain decodes, one step: append the token that follows each row's to ``tokens``."""
+    ) -> list[list[int]]:
+        """Decode ``num_steps[i]`` tokens of row i: with forge's C chain (``forge.kernels.cpu.synthetic``)
+        where it loads, else in Python (``_decode_row``); the same tokens and KV writes either way."""
+        k, v, _, _, addresses = self._host_views(layer)
+        model = (self.order, self.seed, self.threshold, _FIRST, _LAST - _FIRST)
+        rows = (starts, token_ids, num_steps, tables)
+        if self.native and (sampled := chain.decode_rows(addresses, bs, *model, rows)) is not None:
+            return sampled
         decode_row = self._decode_row
-        for p, token, table in zip(starts, token_ids, tables, strict=True):
-            tokens += decode_row(k, v, bs, p, token, table, 1)
+        return [decode_row(k, v, bs, *row) for row in zip(starts, token_ids, tables, num_steps, strict=True)]
 
     def _decode_row(
         self, k: memoryview, v: memoryview, bs: int, p: int, token: int, table: list[int], n: int

@@ -147,16 +147,17 @@ class MetricsRecorder:
         """``on_step`` for each step of ``run`` (taken from ``start``; step j ends at ``ends[j]``, its
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
-        for r, n, finishing in zip(run.requests, run.num_steps, run.finishing, strict=True):
+        # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
+        for r, n in zip(run.requests, run.num_steps, strict=True):
             tl = timelines[r.request_id]
             tl.token_times += ends[:n]
             tl.num_output_tokens = len(r.output_token_ids)
-            if r.num_cached_tokens > tl.num_cached_tokens:
-                tl.num_cached_tokens = r.num_cached_tokens
-            if finishing:
-                tl.finish_time = ends[n - 1]
-                tl.finish_reason = r.status.value
-                tl.num_preemptions = r.num_preemptions
+        for i in run.finish_order():
+            r = run.requests[i]
+            tl = timelines[r.request_id]
+            tl.finish_time = ends[run.num_steps[i] - 1]
+            tl.finish_reason = r.status.value
+            tl.num_preemptions = r.num_preemptions
         steps = self.steps
         for (rows, _), end, usage, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
             record = (len(steps), start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, usage.used_fraction)

@@ -330,26 +330,25 @@ class Scheduler:
         order = self.policy.running_order(running)
         if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):
             return None
-        status, max_len = RequestStatus.RUNNING, self.limits.max_model_len
-        starts, tokens, tables, num_steps, finishing = [], [], [], [], []
+        status = RequestStatus.RUNNING
         for r in running:
-            p = r.sampling_params
             if (
                 r.status is not status
                 or not r.is_decoding
-                or not p.plain_greedy
                 or r.constraint is not None
-                or not p.ignore_eos
-                or p.stop_token_ids
+                or not r.sampling_params.greedy_to_length
             ):
                 return None
-            n_out = len(r.output_token_ids)
-            left = min(p.max_tokens - n_out, max_len - len(r.prompt_token_ids) - n_out)
-            starts.append(r.num_computed_tokens)
-            tokens.append(r.output_token_ids[-1])
-            tables.append(self.kv.block_table(r.request_id))
-            num_steps.append(min(left, max_steps))
-            finishing.append(left <= max_steps)
+        max_len = self.limits.max_model_len
+        left = [
+            min(r.sampling_params.max_tokens, max_len - len(r.prompt_token_ids)) - len(r.output_token_ids)
+            for r in running
+        ]
+        starts = [r.num_computed_tokens for r in running]
+        tokens = [r.output_token_ids[-1] for r in running]
+        tables = list(map(self.kv.block_table, [r.request_id for r in running]))
+        num_steps = [n if n < max_steps else max_steps for n in left]
+        finishing = [n <= max_steps for n in left]
         run = DecodeRun(list(running), starts, tokens, tables, num_steps, finishing)
         return run if self.kv.decode_run_fits(run) else None
 
@@ -361,17 +360,15 @@ class Scheduler:
     def finish_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> list[Request]:
         """Append each row's sampled ``tokens`` (``num_steps[i]`` of them), finish the finishing rows and
         free their blocks, in the order they end; returns them in that order."""
-        length = RequestStatus.FINISHED_LENGTH
-        for request, sampled, n, ends in zip(run.requests, tokens, run.num_steps, run.finishing, strict=True):
-            if len(sampled) != n:
-                raise ValueError(f"request {request.request_id}: {len(sampled)} tokens for {n} steps")
-            request.output_token_ids.extend(sampled)
+        if list(map(len, tokens)) != run.num_steps:
+            raise ValueError(f"a decode run of {run.num_steps} steps per row got {list(map(len, tokens))} tokens")
+        for request, sampled, n in zip(run.requests, tokens, run.num_steps, strict=True):
+            request.output_token_ids += sampled
             request.num_computed_tokens += n
-            if ends:
-                request.status = length
         finished = [run.requests[i] for i in run.finish_order()]
         if finished:
             for request in finished:
+                request.status = RequestStatus.FINISHED_LENGTH
                 self.kv.free(request)
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return finished

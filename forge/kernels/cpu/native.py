@@ -1,9 +1,7 @@
 """Build the package's C kernels with the machine's compiler and call them through ``ctypes``.
 
-The shared library is compiled on first use (``cc -O3 -march=native -fopenmp``; about a second)
-into ``<cache>/kernels/`` (``$FORGE_CACHE_DIR`` or ``~/.cache/forge``, as for model files), under a
-name keyed by the source, the flags, the compiler's version and the CPU's feature flags, so a
-cache shared between machines never hands one CPU another's binary. ``$CC`` picks the compiler.
+The shared library is compiled on first use (``cc -O3 -march=native -fopenmp``; about a second) by
+``forge.kernels.cpu.build`` into the cache (keyed by sources, flags, compiler and CPU).
 
 The library's OpenMP runtime is the ``libgomp.so.1`` torch already loaded (same soname), so its
 threads are torch's threads; each call asks for ``torch.get_num_threads()`` of them. ``ctypes``
@@ -13,18 +11,12 @@ releases the GIL for the call.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import torch
 
-from forge.core.cache import cache_dir
+from forge.kernels.cpu.build import NativeKernelsUnavailable, shared_library
 from forge.kernels.kv_quant import head_dim_of
 
 HERE = Path(__file__).parent
@@ -33,63 +25,15 @@ COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c11")
 # torch's float arithmetic bit for bit, so it gets none. Fast-math is given to compile steps only,
 # so the link step does not add crtfastmath.o (which would set flush-to-zero process-wide).
 SOURCES = {"paged_attention.c": ("-ffast-math",), "quant.c": (), "qgemm.c": ()}
-LINK_FLAGS = ("-shared", "-fopenmp")
-LIBS = ("-lmvec", "-lm")
-
-
-class NativeKernelsUnavailable(RuntimeError):
-    """The C kernels could not be built or loaded here; the message says why."""
-
-
-def _compiler() -> str:
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        raise NativeKernelsUnavailable(f"no C compiler: {cc!r} is not on PATH (install gcc, or set $CC)")
-    return cc
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _build_key(cc: str) -> str:
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
-    sources = [f"{name}\0{' '.join(flags)}\0{(HERE / name).read_text()}" for name, flags in SOURCES.items()]
-    parts = [*sources, " ".join(COMPILE_FLAGS + LINK_FLAGS + LIBS), version, _cpu_flags()]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def _compile(cc: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        objects = [str(Path(tmp) / f"{name}.o") for name in SOURCES]
-        lib = Path(tmp) / target.name
-        commands = [
-            [cc, *COMPILE_FLAGS, *flags, "-c", str(HERE / name), "-o", obj]
-            for (name, flags), obj in zip(SOURCES.items(), objects, strict=True)
-        ]
-        for cmd in [*commands, [cc, *LINK_FLAGS, *objects, "-o", str(lib), *LIBS]]:
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                failed = " ".join(cmd)
-                raise NativeKernelsUnavailable(f"building the C kernels failed ({failed}):\n{done.stderr.strip()}")
-        os.replace(lib, target)  # atomic: a concurrent build of the same key is harmless
+LINK = ("-shared", "-fopenmp", "-lmvec", "-lm")
+__all__ = ["NativeKernelsUnavailable", "available", "library"]
 
 
 @cache
 def library() -> ctypes.CDLL:
     """The compiled kernels, built on first call; raises ``NativeKernelsUnavailable``."""
     torch.get_num_threads()  # torch (and with it its libgomp.so.1) is loaded before the library
-    cc = _compiler()
-    target = cache_dir() / "kernels" / f"forge_cpu_{_build_key(cc)}.so"
-    if not target.exists():
-        _compile(cc, target)
+    target = shared_library("forge_cpu", {HERE / name: f for name, f in SOURCES.items()}, COMPILE_FLAGS, LINK)
     try:
         lib = ctypes.CDLL(str(target))
     except OSError as exc:

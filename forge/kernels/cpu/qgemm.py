@@ -15,6 +15,7 @@ from functools import cache
 import torch
 
 from forge.kernels.cpu import native
+from forge.kernels.cpu.build import cpu_flags_line
 
 INT4_GROUP_SIZE = 32  # input channels per 4-bit group (Q4_1's block); fast_weights uses this one
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
@@ -22,7 +23,7 @@ VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
 
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as ``/proc/cpuinfo`` names them (empty where it cannot be read)."""
-    return frozenset(native._cpu_flags().replace(":", " ").split())
+    return frozenset(cpu_flags_line().replace(":", " ").split())
 
 
 @cache
