@@ -3,6 +3,7 @@ plain data the scheduler, the KV cache, the runner, the clock and the metrics ea
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -41,17 +42,18 @@ class DecodeRun:
         return DecodeRun(self.requests, self.starts, self.token_ids, self.block_tables, cut, finishing)
 
     def step_shapes(self) -> Iterator[tuple[int, int]]:
-        """Per step: its rows (each a decode of one token) and the sum of their contexts after it."""
-        ending: dict[int, tuple[int, int]] = {}  # step -> rows whose last step it is, their starts' sum
-        for start, n in zip(self.starts, self.num_steps, strict=True):
-            rows, starts = ending.get(n - 1, (0, 0))
-            ending[n - 1] = (rows + 1, starts + start)
+        """Per step: its rows (each a decode of one token) and the sum of their contexts after it.
+        Lazy: a consumer that stops early pays for the steps it took (a row's end is popped at its step)."""
+        steps = self.steps
+        ends = list(zip(self.num_steps, self.starts, strict=True))  # (steps the row runs, its start)
+        heapq.heapify(ends)
         rows, starts = len(self.starts), sum(self.starts)
-        for j in range(self.steps):
-            yield rows, starts + rows * (j + 1)
-            done, done_starts = ending.get(j, (0, 0))
-            rows -= done
-            starts -= done_starts
+        for j in range(1, steps):
+            yield rows, starts + rows * j
+            while ends[0][0] == j:  # never empty here: the rows of ``steps`` steps are left
+                starts -= heapq.heappop(ends)[1]
+                rows -= 1
+        yield rows, starts + rows * steps
 
     def running_after(self) -> list[int]:
         """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""
