@@ -40,9 +40,9 @@ class StepSums:
 
     @classmethod
     def of_sched(cls, sched: SchedulerOutput) -> StepSums:
-        d = sched.decodes
-        dec = len(d)
-        dec_ctx = sum(d.starts) + dec
+        starts = sched.decodes.starts
+        dec = len(starts)
+        dec_ctx = sum(starts) + dec
         pre = qsq = sampled = 0
         pairs = 0.0
         for c in sched.chunks:
@@ -55,7 +55,7 @@ class StepSums:
                 pre += 1
                 qsq += q * q
                 pairs += q * (end - (q - 1) / 2)
-        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(d))
+        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts))
 
 
 class SummedCostModel(CostModel):
