@@ -3,7 +3,6 @@ plain data the scheduler, the KV cache, the runner, the clock and the metrics ea
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -43,17 +42,23 @@ class DecodeRun:
 
     def step_shapes(self) -> Iterator[tuple[int, int]]:
         """Per step: its rows (each a decode of one token) and the sum of their contexts after it.
-        Lazy: a consumer that stops early pays for the steps it took (a row's end is popped at its step)."""
-        steps = self.steps
-        ends = list(zip(self.num_steps, self.starts, strict=True))  # (steps the row runs, its start)
-        heapq.heapify(ends)
-        rows, starts = len(self.starts), sum(self.starts)
-        for j in range(1, steps):
-            yield rows, starts + rows * j
-            while ends[0][0] == j:  # never empty here: the rows of ``steps`` steps are left
-                starts -= heapq.heappop(ends)[1]
-                rows -= 1
-        yield rows, starts + rows * steps
+        Lazy: a consumer that stops early pays little for the steps it did not take."""
+        num_steps, begin = self.num_steps, self.starts
+        rows, starts = len(begin), sum(begin)
+        last_steps = sorted(set(num_steps))  # the steps some row ends after
+        first = 1  # the first step not yet given
+        for end in last_steps[:-1]:  # every row left ends after the last
+            for step in range(first, end + 1):
+                yield rows, starts + rows * step
+            first = end + 1
+            ending = num_steps.count(end)
+            rows -= ending
+            i = -1
+            for _ in range(ending):
+                i = num_steps.index(end, i + 1)
+                starts -= begin[i]
+        for step in range(first, last_steps[-1] + 1):
+            yield rows, starts + rows * step
 
     def running_after(self) -> list[int]:
         """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""
