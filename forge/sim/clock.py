@@ -344,7 +344,8 @@ class PredictedClock(Clock):
 
     def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
         time_of = self.cost_model.decode_step_time
-        t, ends = self._now, []
+        t = self._now
+        ends: list[float] = []
         append = ends.append
         for rows, context in run.step_shapes():
             dt = time_of(rows, context)
