@@ -159,7 +159,9 @@ class OperatorCostModel(SummedCostModel):
 
     def layer_time(self, s: StepSums) -> float:
         """One transformer layer's time for the step (all operators, all-reduces included)."""
-        terms = self.terms(s.tokens)
+        return self._layer_time(s, self.terms(s.tokens))
+
+    def _layer_time(self, s: StepSums, terms: CountTerms) -> float:
         t = terms.dense
         if s.num_decodes:
             t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
@@ -169,8 +171,9 @@ class OperatorCostModel(SummedCostModel):
         return t
 
     def time_of(self, sums: StepSums) -> float:
-        head, embed = self.terms(sums.num_sampled).head, self.terms(sums.tokens).embed
-        return self.dims.num_layers * self.layer_time(sums) + head + embed + self.c.step_overhead_s
+        terms = self.terms(sums.tokens)
+        head = self.terms(sums.num_sampled).head
+        return self.dims.num_layers * self._layer_time(sums, terms) + head + terms.embed + self.c.step_overhead_s
 
     def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
         """``time_of`` a step of plain decodes, term by term in ``time_of``'s order (no prefill pairs:
