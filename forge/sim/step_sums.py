@@ -10,7 +10,8 @@ from forge.core.outputs import SchedulerOutput
 from forge.sim.clock import BatchShape, CostModel
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is built per simulated step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass(slots=True)
 class StepSums:
     """A row of one new token is a decode (context ``s`` after the step); any other row is a prefill
     chunk of ``q`` tokens ending at ``s``. ``prefill_pairs``: Σ q·(s − (q − 1)/2), the (query, key)
