@@ -41,17 +41,24 @@ class DecodeRun:
         return DecodeRun(self.requests, self.starts, self.token_ids, self.block_tables, cut, finishing)
 
     def step_shapes(self) -> Iterator[tuple[int, int]]:
-        """Per step: its rows (each a decode of one token) and the sum of their contexts after it."""
-        ending: dict[int, tuple[int, int]] = {}  # step -> rows whose last step it is, their starts' sum
-        for start, n in zip(self.starts, self.num_steps, strict=True):
-            rows, starts = ending.get(n - 1, (0, 0))
-            ending[n - 1] = (rows + 1, starts + start)
-        rows, starts = len(self.starts), sum(self.starts)
-        for j in range(self.steps):
-            yield rows, starts + rows * (j + 1)
-            done, done_starts = ending.get(j, (0, 0))
-            rows -= done
-            starts -= done_starts
+        """Per step: its rows (each a decode of one token) and the sum of their contexts after it.
+        Lazy: a consumer that stops early pays little for the steps it did not take."""
+        num_steps, begin = self.num_steps, self.starts
+        rows, starts = len(begin), sum(begin)
+        last_steps = sorted(set(num_steps))  # the steps some row ends after
+        first = 1  # the first step not yet given
+        for end in last_steps[:-1]:  # every row left ends after the last
+            for step in range(first, end + 1):
+                yield rows, starts + rows * step
+            first = end + 1
+            ending = num_steps.count(end)
+            rows -= ending
+            i = -1
+            for _ in range(ending):
+                i = num_steps.index(end, i + 1)
+                starts -= begin[i]
+        for step in range(first, last_steps[-1] + 1):
+            yield rows, starts + rows * step
 
     def running_after(self) -> list[int]:
         """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""

@@ -344,13 +344,15 @@ class PredictedClock(Clock):
 
     def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
         time_of = self.cost_model.decode_step_time
-        t, ends = self._now, []
+        t = self._now
+        ends: list[float] = []
+        append = ends.append
         for rows, context in run.step_shapes():
             dt = time_of(rows, context)
             if dt is None:
                 return []
             t += dt
-            ends.append(t)
+            append(t)
             if t >= deadline:
                 break
         return ends

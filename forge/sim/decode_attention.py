@@ -63,21 +63,67 @@ class DecodeAttentionProfile:
         """The fraction of ``mem_bw`` decode attention reaches for ``kv_head_requests`` (requests
         times KV heads on this GPU) at a mean ``context``. ``mem_bw``: the bandwidth of the GPU the
         times were measured on (its preset's), so a profiled point costs exactly its measured time."""
-        b = kv_head_requests / self.kv_heads
-        i, fi = _bracket(self.context, context)
-        j, fj = _bracket(self.batch, b)
-        grid = [[self._measured(mem_bw, r, c) for c in (j, j + 1)] for r in (i, i + 1)]
-        low = grid[0][0] + fj * (grid[0][1] - grid[0][0])
-        high = grid[1][0] + fj * (grid[1][1] - grid[1][0])
-        return low + fi * (high - low)
+        return self.at(mem_bw).efficiency(kv_head_requests, context)
 
-    def _measured(self, mem_bw: float, row: int, col: int) -> float:
+    def at(self, mem_bw: float) -> EfficiencyGrid:
+        """The measured efficiencies at ``mem_bw``, for computing many ``efficiency`` values."""
         kv_bytes = 2 * self.kv_heads * self.head_dim * self.bytes_per_element
-        moved = self.batch[col] * self.context[row] * kv_bytes
-        return moved / (mem_bw * self.time_ms[row][col] * 1e-3)
+        measured = tuple(
+            tuple(b * c * kv_bytes / (mem_bw * t * 1e-3) for b, t in zip(self.batch, row, strict=True))
+            for c, row in zip(self.context, self.time_ms, strict=True)
+        )
+        return EfficiencyGrid(self, measured)
 
 
-def _bracket(axis: tuple[float, ...], x: float) -> tuple[int, float]:
+class EfficiencyGrid:
+    """``DecodeAttentionProfile.efficiency`` at one bandwidth, with what a context does not change
+    computed once: ``measured[i][j]`` (the efficiency of ``batch[j]`` requests at ``context[i]``), the
+    cells' log2 widths, and (``column``) the efficiencies at one number of (request, KV head) pairs
+    interpolated along the batch axis at every profiled context. Each value is the same float
+    expression, evaluated in the same order, as computing it from scratch: the same bits."""
+
+    def __init__(self, profile: DecodeAttentionProfile, measured: tuple[tuple[float, ...], ...]) -> None:
+        self.profile = profile
+        self.measured = measured
+        self.context_widths = _log2_widths(profile.context)
+        self.batch_widths = _log2_widths(profile.batch)
+
+    def column(self, kv_head_requests: float) -> EfficiencyColumn:
+        """The efficiencies at ``kv_head_requests`` for each profiled context (log2-linear in the batch)."""
+        j, fj = _bracket(self.profile.batch, self.batch_widths, kv_head_requests / self.profile.kv_heads)
+        at = [row[j] + fj * (row[j + 1] - row[j]) for row in self.measured]
+        return EfficiencyColumn(self.profile.context, self.context_widths, at)
+
+    def efficiency(self, kv_head_requests: float, context: float) -> float:
+        """``DecodeAttentionProfile.efficiency`` at this grid's bandwidth."""
+        return self.column(kv_head_requests).efficiency(context)
+
+
+class EfficiencyColumn:
+    """The efficiency at one number of (request, KV head) pairs as a function of the mean context:
+    log2-linear between the profiled contexts' values ``at``, held at the edge outside them."""
+
+    def __init__(self, context: tuple[float, ...], widths: tuple[float, ...], at: list[float]) -> None:
+        self.context, self.widths = context, widths
+        self.at = tuple(at)
+        self.steps = tuple(high - low for low, high in itertools.pairwise(at))
+
+    def efficiency(self, context: float) -> float:
+        axis = self.context  # _bracket inlined: this is the simulated clock's hot path
+        if context <= axis[0]:
+            return self.at[0] + 0.0 * self.steps[0]
+        if context >= axis[-1]:
+            return self.at[-2] + 1.0 * self.steps[-1]
+        i = bisect.bisect_right(axis, context) - 1
+        return self.at[i] + math.log2(context / axis[i]) / self.widths[i] * self.steps[i]
+
+
+def _log2_widths(axis: tuple[float, ...]) -> tuple[float, ...]:
+    """Per grid cell ``[axis[k], axis[k + 1]]``: its width in log2."""
+    return tuple(math.log2(high / low) for low, high in itertools.pairwise(axis))
+
+
+def _bracket(axis: tuple[float, ...], widths: tuple[float, ...], x: float) -> tuple[int, float]:
     """The grid cell ``[axis[k], axis[k + 1]]`` holding ``x`` and its fraction along it in log2,
     clamped to the first or last cell's edge outside the grid."""
     if x <= axis[0]:
@@ -85,4 +131,4 @@ def _bracket(axis: tuple[float, ...], x: float) -> tuple[int, float]:
     if x >= axis[-1]:
         return len(axis) - 2, 1.0
     k = bisect.bisect_right(axis, x) - 1
-    return k, math.log2(x / axis[k]) / math.log2(axis[k + 1] / axis[k])
+    return k, math.log2(x / axis[k]) / widths[k]

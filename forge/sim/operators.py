@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from forge.models.base import ModelDims
-from forge.sim.decode_attention import DecodeAttentionProfile
+from forge.sim.decode_attention import DecodeAttentionProfile, EfficiencyColumn
 from forge.sim.step_sums import StepSums, SummedCostModel
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardware"
@@ -123,12 +123,34 @@ class OperatorCostModel(SummedCostModel):
         self.kv_bytes = 2 * kv_heads * d.head_dim * d.kv_value_bytes  # per token of context, per layer
         self.pair_flop_s = 4 * (d.num_heads // n) * d.head_dim / (c.peak_flops * c.prefill_attn_flops_efficiency)
         self.hidden_bytes = d.hidden_size * bpp
+        profile = c.decode_attn_profile
+        self._grid = None if profile is None else profile.at(c.mem_bw)
+        self._terms_of: dict[int, CountTerms] = {}  # per count, computed on first use
+
+    def terms(self, count: int) -> CountTerms:
+        """The parts of a step's time that depend on one count only (``CountTerms``)."""
+        terms = self._terms_of.get(count)
+        if terms is None:
+            c, n = self.c, count
+            terms = CountTerms(
+                dense=math.hypot(self.gemm_mem_s, self.gemm_flop_s * n)
+                + (c.small_ops_floor_s + c.small_ops_per_token_s * n),
+                all_reduces=2 * all_reduce_time(n * self.hidden_bytes, self.tp, c.link_bw, c.link_latency_s),
+                head=math.hypot(self.head_mem_s, self.head_flop_s * n) if n else 0.0,
+                embed=self.embed_s * n,
+                attention=None if self._grid is None else self._grid.column(n * self.kv_heads),
+            )
+            self._terms_of[count] = terms
+        return terms
 
     def decode_attention_time(self, num_decodes: int, mean_context: float) -> float:
         """One layer's decode attention for ``num_decodes`` requests at ``mean_context`` tokens."""
+        return self._attention(self.terms(num_decodes), num_decodes, mean_context)
+
+    def _attention(self, terms: CountTerms, num_decodes: int, mean_context: float) -> float:
         c, e_max, c_half = self.c, self.c.decode_attn_bw_efficiency, self.c.decode_attn_half_context
-        if c.decode_attn_profile is not None:
-            eff = c.decode_attn_profile.efficiency(c.mem_bw, num_decodes * self.kv_heads, mean_context)
+        if terms.attention is not None:
+            eff = terms.attention.efficiency(mean_context)
         elif e_max is not None and c_half is not None:
             eff = e_max * (1.0 - 2.0 ** (-mean_context / c_half))
         else:  # excluded by OperatorConstants.__post_init__
@@ -137,16 +159,46 @@ class OperatorCostModel(SummedCostModel):
 
     def layer_time(self, s: StepSums) -> float:
         """One transformer layer's time for the step (all operators, all-reduces included)."""
-        c, n = self.c, s.tokens
-        t = math.hypot(self.gemm_mem_s, self.gemm_flop_s * n)
-        t += c.small_ops_floor_s + c.small_ops_per_token_s * n
+        return self._layer_time(s, self.terms(s.tokens))
+
+    def _layer_time(self, s: StepSums, terms: CountTerms) -> float:
+        t = terms.dense
         if s.num_decodes:
             t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
         t += self.pair_flop_s * s.prefill_pairs
         if self.tp > 1:
-            t += 2 * all_reduce_time(n * self.hidden_bytes, self.tp, c.link_bw, c.link_latency_s)
+            t += terms.all_reduces
         return t
 
     def time_of(self, sums: StepSums) -> float:
-        head = math.hypot(self.head_mem_s, self.head_flop_s * sums.num_sampled) if sums.num_sampled else 0.0
-        return self.dims.num_layers * self.layer_time(sums) + head + self.embed_s * sums.tokens + self.c.step_overhead_s
+        terms = self.terms(sums.tokens)
+        head = self.terms(sums.num_sampled).head
+        return self.dims.num_layers * self._layer_time(sums, terms) + head + terms.embed + self.c.step_overhead_s
+
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
+        """``time_of`` a step of plain decodes, term by term in ``time_of``'s order (no prefill pairs:
+        adding their 0.0 changes no bits) from the terms of ``num_decodes``."""
+        terms = self._terms_of.get(num_decodes) or self.terms(num_decodes)
+        mean = context_sum / num_decodes
+        if terms.attention is None:
+            t = terms.dense + self._attention(terms, num_decodes, mean)
+        else:  # _attention's expression, inlined on the hot path of simulated decode runs
+            eff = terms.attention.efficiency(mean)
+            t = terms.dense + num_decodes * mean * self.kv_bytes / (self.c.mem_bw * eff)
+        if self.tp > 1:
+            t += terms.all_reduces
+        return self.dims.num_layers * t + terms.head + terms.embed + self.c.step_overhead_s
+
+
+@dataclass(frozen=True, slots=True)
+class CountTerms:
+    """What ``OperatorCostModel`` charges for a count ``n``: per layer, a step of n tokens' GEMMs and
+    small operators (``dense``) and all-reduces (``all_reduces``, both of them; 0 on one GPU); per step,
+    the LM head for n sampled rows (``head``) and n tokens' embeddings (``embed``); the decode-attention
+    efficiency of n decodes by context (``attention``; None without a ``decode_attn_profile``)."""
+
+    dense: float
+    all_reduces: float
+    head: float
+    embed: float
+    attention: EfficiencyColumn | None

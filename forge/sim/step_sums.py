@@ -10,7 +10,8 @@ from forge.core.outputs import SchedulerOutput
 from forge.sim.clock import BatchShape, CostModel
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen: one is built per simulated step, and a frozen dataclass's __init__ costs several times a plain one's
+@dataclass(slots=True)
 class StepSums:
     """A row of one new token is a decode (context ``s`` after the step); any other row is a prefill
     chunk of ``q`` tokens ending at ``s``. ``prefill_pairs``: Σ q·(s − (q − 1)/2), the (query, key)
@@ -40,9 +41,9 @@ class StepSums:
 
     @classmethod
     def of_sched(cls, sched: SchedulerOutput) -> StepSums:
-        d = sched.decodes
-        dec = len(d)
-        dec_ctx = sum(d.starts) + dec
+        starts = sched.decodes.starts
+        dec = len(starts)
+        dec_ctx = sum(starts) + dec
         pre = qsq = sampled = 0
         pairs = 0.0
         for c in sched.chunks:
@@ -55,7 +56,7 @@ class StepSums:
                 pre += 1
                 qsq += q * q
                 pairs += q * (end - (q - 1) / 2)
-        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(d))
+        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts))
 
 
 class SummedCostModel(CostModel):
