@@ -1,7 +1,9 @@
-"""A pool of KV blocks with an O(1) free queue and an LRU-evicted prefix cache (vLLM V1 style)."""
+"""A pool of KV blocks with an O(1) free queue and an LRU-evicted prefix cache (vLLM V1 style); without
+prefix caching the free queue is a deque."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 
 
@@ -66,6 +68,18 @@ class FreeBlockQueue:
         self._tail.prev = block
         self.size += 1
 
+    def extend(self, blocks: list[Block]) -> None:
+        """``append`` each of ``blocks`` in order (linked in one pass)."""
+        last = self._tail.prev
+        assert last is not None
+        for block in blocks:
+            last.next = block
+            block.prev = last
+            last = block
+        last.next = self._tail
+        self._tail.prev = last
+        self.size += len(blocks)
+
     def remove(self, block: Block) -> None:
         prev, nxt = block.prev, block.next
         assert prev is not None and nxt is not None, f"block {block.block_id} is not in the free queue"
@@ -85,13 +99,56 @@ class FreeBlockQueue:
             block = block.next
 
 
+class FreeBlockDeque:
+    """``FreeBlockQueue``'s queue for a pool without prefix caching: the same order (head: the least
+    recently freed) in a deque, so popping and appending touch no neighbouring block. ``remove`` is
+    O(n); only taking back a free block that still holds cached KV (a prefix-cache hit) needs it."""
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self._blocks: deque[Block] = deque(blocks)
+
+    @property
+    def size(self) -> int:
+        return len(self._blocks)
+
+    def popleft(self) -> Block:
+        if not self._blocks:
+            raise IndexError("no free blocks")
+        return self._blocks.popleft()
+
+    def popleft_n(self, n: int) -> list[Block]:
+        """The ``n`` blocks at the head, in order (``n`` <= ``size``)."""
+        if n > len(self._blocks):
+            raise IndexError(f"{n} blocks asked, {len(self._blocks)} free")
+        pop = self._blocks.popleft
+        return [pop() for _ in range(n)]
+
+    def append(self, block: Block) -> None:
+        self._blocks.append(block)
+
+    def extend(self, blocks: list[Block]) -> None:
+        self._blocks.extend(blocks)
+
+    def remove(self, block: Block) -> None:
+        self._blocks.remove(block)
+
+    def __contains__(self, block: Block) -> bool:
+        return any(b is block for b in self._blocks)
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter(self._blocks)
+
+
 class BlockPool:
     """Owns every block: reference counts, the free queue and the hash -> block map.
     ``num_shared``: blocks with more than one holder (while 0, no holder needs a per-block pass)."""
 
     def __init__(self, num_blocks: int, enable_caching: bool) -> None:
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue = FreeBlockQueue(self.blocks)
+        # with caching, a free block may be taken back out of the middle (a hit): the linked queue
+        self.free_queue: FreeBlockQueue | FreeBlockDeque = (
+            FreeBlockQueue(self.blocks) if enable_caching else FreeBlockDeque(self.blocks)
+        )
         self.enable_caching = enable_caching
         self.cached: dict[int, Block] = {}
         self.num_shared = 0
@@ -104,15 +161,23 @@ class BlockPool:
         if n > self.free_queue.size:
             return None
         out = self.free_queue.popleft_n(n)
+        if self.cached:  # evict the cached KV the blocks still hold
+            for block in out:
+                if block.block_hash is not None:
+                    del self.cached[block.block_hash]
+                    block.block_hash = None
         for block in out:
-            if block.block_hash is not None:
-                del self.cached[block.block_hash]
-                block.block_hash = None
             block.ref_cnt = 1
         return out
 
     def free(self, blocks: list[Block]) -> None:
         """Drop one reference from each, in order; blocks reaching 0 join the queue's tail."""
+        if not self.num_shared:  # every held block has one holder: each reaches 0, all join in order
+            for block in blocks:
+                assert block.ref_cnt == 1, f"block {block.block_id} freed twice"
+                block.ref_cnt = 0
+            self.free_queue.extend(blocks)
+            return
         for block in blocks:
             if block.ref_cnt == 2:
                 self.num_shared -= 1
