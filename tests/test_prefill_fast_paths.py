@@ -46,16 +46,17 @@ def test_prompt_chunk_writes_each_token_to_its_slot(block_size: int, start: int,
     assert logits.tokens == [model.next_token(context, end)]
 
 
-@pytest.mark.parametrize("caching", [False, True])
-def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool) -> None:
+@pytest.mark.parametrize(("caching", "num_blocks", "most"), [(False, 24, 6), (True, 24, 6), (False, 1500, 90)])
+def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_blocks: int, most: int) -> None:
     """Blocks are handed out from the free list's head and freed ones join its tail in the order given,
     with and without blocks held twice (``acquire``); a block freed twice is refused. Without caching
-    the pool's queue is a deque, with it a linked list: the same order."""
+    the pool's queue is a list from a moving head (compacted as it goes: the 1500-block case), with it
+    a linked list: the same order."""
     rng = random.Random(11)
-    pool = BlockPool(24, enable_caching=caching)
-    reference = deque(range(24))
+    pool = BlockPool(num_blocks, enable_caching=caching)
+    reference = deque(range(num_blocks))
     held: list[list[int]] = []
-    for _ in range(300):
+    for _ in range(400):
         if held and rng.random() < 0.45:
             blocks = held.pop(rng.randrange(len(held)))
             pool.free([pool.blocks[b] for b in blocks])
@@ -66,7 +67,7 @@ def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool) -> None:
                 pool.acquire(pool.blocks[b])
             held.append(list(shared))
         else:
-            n = rng.randint(1, 6)
+            n = rng.randint(1, most)
             got = pool.allocate(n)
             if n > len(reference):
                 assert got is None

@@ -1,9 +1,9 @@
 """A pool of KV blocks with an O(1) free queue and an LRU-evicted prefix cache (vLLM V1 style); without
-prefix caching the free queue is a deque."""
+prefix caching the free queue is a list."""
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
 from collections.abc import Iterator
 
 
@@ -99,44 +99,59 @@ class FreeBlockQueue:
             block = block.next
 
 
-class FreeBlockDeque:
-    """``FreeBlockQueue``'s queue for a pool without prefix caching: the same order (head: the least
-    recently freed) in a deque, so popping and appending touch no neighbouring block. ``remove`` is
-    O(n); only taking back a free block that still holds cached KV (a prefix-cache hit) needs it."""
+class FreeBlockList:
+    """``FreeBlockQueue``'s queue for a pool without prefix caching, in the same order (head: the least
+    recently freed): a list and the index of its head, so popping ``n`` blocks is one slice and
+    appending touches no neighbouring block. The popped part is dropped once it outgrows the rest.
+    ``remove`` is O(n); only taking back a free block that still holds cached KV (a prefix-cache hit)
+    needs it."""
 
     def __init__(self, blocks: list[Block]) -> None:
-        self._blocks: deque[Block] = deque(blocks)
+        self._blocks = list(blocks)
+        self._head = 0
 
     @property
     def size(self) -> int:
-        return len(self._blocks)
+        return len(self._blocks) - self._head
 
     def popleft(self) -> Block:
-        if not self._blocks:
-            raise IndexError("no free blocks")
-        return self._blocks.popleft()
+        return self.popleft_n(1)[0]
 
     def popleft_n(self, n: int) -> list[Block]:
         """The ``n`` blocks at the head, in order (``n`` <= ``size``)."""
-        if n > len(self._blocks):
-            raise IndexError(f"{n} blocks asked, {len(self._blocks)} free")
-        pop = self._blocks.popleft
-        return [pop() for _ in range(n)]
+        head = self._head
+        if n > len(self._blocks) - head:
+            raise IndexError(f"{n} blocks asked, {len(self._blocks) - head} free")
+        out = self._blocks[head : head + n]
+        head += n
+        if head > _COMPACT_MIN and 2 * head > len(self._blocks):
+            del self._blocks[:head]
+            head = 0
+        self._head = head
+        return out
 
     def append(self, block: Block) -> None:
         self._blocks.append(block)
 
     def extend(self, blocks: list[Block]) -> None:
-        self._blocks.extend(blocks)
+        self._blocks += blocks
 
     def remove(self, block: Block) -> None:
-        self._blocks.remove(block)
+        for i in range(self._head, len(self._blocks)):
+            if self._blocks[i] is block:
+                del self._blocks[i]
+                return
+        raise AssertionError(f"block {block.block_id} is not in the free queue")
 
     def __contains__(self, block: Block) -> bool:
-        return any(b is block for b in self._blocks)
+        return any(b is block for b in self)
 
     def __iter__(self) -> Iterator[Block]:
-        return iter(self._blocks)
+        """Head (next to evict) to tail."""
+        return itertools.islice(self._blocks, self._head, None)
+
+
+_COMPACT_MIN = 1024  # ``FreeBlockList`` drops its popped part once it is longer than this and than the rest
 
 
 class BlockPool:
@@ -146,8 +161,8 @@ class BlockPool:
     def __init__(self, num_blocks: int, enable_caching: bool) -> None:
         self.blocks = [Block(i) for i in range(num_blocks)]
         # with caching, a free block may be taken back out of the middle (a hit): the linked queue
-        self.free_queue: FreeBlockQueue | FreeBlockDeque = (
-            FreeBlockQueue(self.blocks) if enable_caching else FreeBlockDeque(self.blocks)
+        self.free_queue: FreeBlockQueue | FreeBlockList = (
+            FreeBlockQueue(self.blocks) if enable_caching else FreeBlockList(self.blocks)
         )
         self.enable_caching = enable_caching
         self.cached: dict[int, Block] = {}
