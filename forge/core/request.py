@@ -111,6 +111,8 @@ class Request:
         n_prompt = len(self.prompt_token_ids)
         if end == start + 1 and start >= n_prompt and not self.spec_token_ids:  # the decode fast path
             return [self.output_token_ids[start - n_prompt]]
+        if end <= n_prompt:  # within the prompt (a prompt chunk)
+            return self.prompt_token_ids[start:end]
         out: list[int] = []
         if start < n_prompt:
             out.extend(self.prompt_token_ids[start : min(end, n_prompt)])

@@ -138,8 +138,8 @@ class PagedKVCache(KVCacheManager):
             if need > 0:
                 new = self.pool.allocate(need)
                 assert new is not None
-                blocks.extend(new)
-                self._tables[rid].extend(b.block_id for b in new)
+                blocks += new
+                self._tables[rid] += [b.block_id for b in new]
         if self.enable_prefix_caching:
             n_full = num_cacheable // bs
             offered = self._num_offered.get(rid, 0)

@@ -174,10 +174,8 @@ class SyntheticModel(Model):
                     slot = table[p // bs] * bs + p % bs
                     k[slot] = v[slot] = tok
                     p += 1
-            else:  # a long chunk (a prompt): its slots and tokens as arrays
-                positions = np.arange(s.start, s.start + s.num_tokens)
-                slots = np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs
-                k_array[slots] = v_array[slots] = np.asarray(s.token_ids, dtype=np.int64)
+            else:  # a long chunk (a prompt): written block by block as arrays
+                _write_chunk(k_array, v_array, table, bs, s.start, s.token_ids)
             if s.sample:
                 end = s.start + s.num_tokens
                 for pos in range(end - 1 - s.num_draft_tokens, end):
@@ -252,3 +250,30 @@ class SyntheticModel(Model):
         first = pos - self.order + 1
         ctx = tuple([k[table[q // bs] * bs + q % bs] for q in range(max(first, 0), pos + 1)])
         return (-1,) * -first + ctx if first < 0 else ctx
+
+
+def _write_chunk(k: np.ndarray, v: np.ndarray, table: list[int], bs: int, start: int, token_ids: list[int]) -> None:
+    """Write ``token_ids`` at positions ``start`` .. into the flat caches ``k`` and ``v`` through the
+    block ``table``: the part of a first block it starts inside and of a last block it ends inside as
+    slices, the whole blocks between as rows of a (blocks x ``bs``) view, the tokens packed to int64
+    at once (what ``np.asarray(token_ids, dtype=np.int64)`` gives, built faster from a list)."""
+    n = len(token_ids)
+    ids = np.frombuffer(struct.pack(f"={n}q", *token_ids), dtype=np.int64)
+    block, off = divmod(start, bs)
+    done = 0
+    if off:  # inside the first block
+        done = min(bs - off, n)
+        slot = table[block] * bs + off
+        k[slot : slot + done] = v[slot : slot + done] = ids[:done]
+        block += 1
+    full = (n - done) // bs
+    if full:
+        rows = np.asarray(table[block : block + full], dtype=np.intp)
+        whole = ids[done : done + full * bs].reshape(full, bs)
+        k.reshape(-1, bs)[rows] = whole
+        v.reshape(-1, bs)[rows] = whole
+        done += full * bs
+        block += full
+    if done < n:  # the start of the last block
+        slot = table[block] * bs
+        k[slot : slot + n - done] = v[slot : slot + n - done] = ids[done:]

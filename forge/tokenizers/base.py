@@ -40,6 +40,11 @@ class Tokenizer(ABC):
                 out.append(tok)
         return out
 
+    def random_token_id_lists(self, lengths: Sequence[int], rng: random.Random) -> list[list[int]]:
+        """``random_token_ids(n, rng)`` for each ``n`` of ``lengths`` in turn: the same lists, the
+        generator left in the same state (a tokenizer may draw them together, faster)."""
+        return [self.random_token_ids(n, rng) for n in lengths]
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
@@ -98,6 +103,7 @@ class IncrementalDetokenizer:
 
 
 _BULK_MIN = 16  # ``ByteTokenizer.random_token_ids`` draws words in bulk while this many tokens are missing
+_BULK_MAX = 1 << 20  # and at most this many words at once (bounds the memory of a whole workload's draw)
 
 
 class ByteTokenizer(Tokenizer):
@@ -122,23 +128,41 @@ class ByteTokenizer(Tokenizer):
         word of the generator, and ``getrandbits(32 * m)`` is the next m words (least significant
         first), so the words are drawn in bulk: as many as tokens are still missing, which never
         draws a word past the last one the token-by-token loop would take (workloads draw millions)."""
-        parts: list[np.ndarray] = []
-        missing = n
-        while missing >= _BULK_MIN:
-            words = np.frombuffer(rng.getrandbits(32 * missing).to_bytes(4 * missing, "little"), dtype="<u4")
-            bits = words >> 25
-            kept = bits[bits < 95]
-            parts.append(kept)
-            missing -= len(kept)
-        out = (np.concatenate(parts) + 32).tolist() if parts else []
-        bits7 = rng.getrandbits
-        for _ in range(missing):  # the last few one word at a time
-            r = bits7(7)
-            while r >= 95:
-                r = bits7(7)
-            out.append(32 + r)
+        return _printable_draws(n, rng).tolist()
+
+    def random_token_id_lists(self, lengths: Sequence[int], rng: random.Random) -> list[list[int]]:
+        """One bulk draw of all the tokens, cut into the lists: token-by-token draws are consecutive,
+        so the lists drawn one after another are the pieces of the draw of their total."""
+        flat = _printable_draws(sum(lengths), rng)
+        out: list[list[int]] = []
+        start = 0
+        for n in lengths:
+            out.append(flat[start : start + n].tolist())
+            start += n
         return out
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         data = bytes(i for i in ids if i < 256)
         return data.decode("utf-8", errors="replace")
+
+
+def _printable_draws(n: int, rng: random.Random) -> np.ndarray:
+    """``ByteTokenizer.random_token_ids``: ``n`` tokens in 32..126, 7 bits a try, tries drawn in bulk."""
+    parts: list[np.ndarray] = []
+    missing = n
+    while missing >= _BULK_MIN:
+        m = min(missing, _BULK_MAX)
+        words = np.frombuffer(rng.getrandbits(32 * m).to_bytes(4 * m, "little"), dtype="<u4")
+        bits = words >> 25
+        kept = bits[bits < 95]
+        parts.append(kept)
+        missing -= len(kept)
+    bits7 = rng.getrandbits
+    tail: list[int] = []
+    for _ in range(missing):  # the last few one word at a time
+        r = bits7(7)
+        while r >= 95:
+            r = bits7(7)
+        tail.append(r)
+    parts.append(np.array(tail, dtype="<u4"))
+    return np.concatenate(parts) + 32

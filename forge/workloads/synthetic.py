@@ -179,19 +179,25 @@ class SyntheticWorkload(Workload):
         # One independent stream per attribute: changing the rate (or the priority levels)
         # never changes the prompts or lengths, so sweeps compare like with like.
         arrivals, lengths, tokens, priorities = (random.Random(f"{self.seed}/{k}") for k in range(4))
+        # (each stream drawn in request order, so the prompts can be drawn after the lengths, together)
         arrivals = self.arrivals.stream(arrivals)
         t = 0.0
-        specs = []
-        for i in range(self.num_requests):
+        times: list[float] = []
+        input_lens: list[int] = []
+        output_lens: list[int] = []
+        for _ in range(self.num_requests):
             t += self.arrivals.gap(arrivals)
-            n_in = self.input_len.sample(lengths)
-            specs.append(
-                RequestSpec(
-                    request_id=f"req-{i:06d}",
-                    arrival_time=t,
-                    prompt_token_ids=tokenizer.random_token_ids(n_in, tokens),
-                    output_len=self.output_len.sample(lengths),
-                    priority=priorities.randrange(self.num_priorities),
-                )
+            times.append(t)
+            input_lens.append(self.input_len.sample(lengths))
+            output_lens.append(self.output_len.sample(lengths))
+        prompts = tokenizer.random_token_id_lists(input_lens, tokens)
+        return [
+            RequestSpec(
+                request_id=f"req-{i:06d}",
+                arrival_time=times[i],
+                prompt_token_ids=prompts[i],
+                output_len=output_lens[i],
+                priority=priorities.randrange(self.num_priorities),
             )
-        return specs
+            for i in range(self.num_requests)
+        ]

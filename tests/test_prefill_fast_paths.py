@@ -1,0 +1,128 @@
+"""The fast paths of a simulated run's prompt steps give exactly what the plain ones give: the synthetic
+model's block-wise prompt write (vs. a write slot by slot), the block pool's one-pass free and
+allocation (vs. a reference free list), and the workload's prompts drawn in one go (vs. one prompt
+after another, the generator left in the same state)."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import numpy as np
+import pytest
+
+from forge.core.outputs import ScheduledRequest, SchedulerOutput
+from forge.kvcache.block_pool import BlockPool
+from forge.models.synthetic import SyntheticModel
+from forge.tokenizers.base import ByteTokenizer, Tokenizer
+from forge.workloads.synthetic import Fixed, Poisson, RequestSpec, SyntheticWorkload, Uniform
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize(("start", "num_tokens"), [(0, 64), (0, 70), (5, 40), (3, 33), (16, 48), (7, 57)])
+def test_prompt_chunk_writes_each_token_to_its_slot(block_size: int, start: int, num_tokens: int) -> None:
+    """A long chunk (a prompt, possibly starting or ending inside a block) lands where a write slot by
+    slot puts it, in both caches, touching no other slot; the token sampled after it is the same."""
+    num_blocks = 40
+    rng = random.Random(start * 1000 + num_tokens + block_size)
+    table = rng.sample(range(num_blocks), -(-(start + num_tokens) // block_size))
+    tokens = [rng.randrange(32, 127) for _ in range(num_tokens)]
+    k = np.full((num_blocks, block_size, 1, 1), -7, dtype=np.int64)
+    v = np.full_like(k, -9)
+    expected_k, expected_v = k.reshape(-1).copy(), v.reshape(-1).copy()
+    for i, token in enumerate(tokens):
+        p = start + i
+        slot = table[p // block_size] * block_size + p % block_size
+        expected_k[slot] = expected_v[slot] = token
+    model = SyntheticModel(seed=5)
+    row = ScheduledRequest("a", start, num_tokens, tokens, table, True)
+    logits = model.forward_host(SchedulerOutput([row], num_tokens), block_size, [(k, v)])
+    assert k.reshape(-1).tolist() == expected_k.tolist()
+    assert v.reshape(-1).tolist() == expected_v.tolist()
+    end = start + num_tokens - 1  # the sampled token reads its context back from the cache
+    context = tuple(
+        int(expected_k[table[q // block_size] * block_size + q % block_size]) for q in range(end - 2, end + 1)
+    )
+    assert logits.tokens == [model.next_token(context, end)]
+
+
+@pytest.mark.parametrize(("caching", "num_blocks", "most"), [(False, 24, 6), (True, 24, 6), (False, 1500, 90)])
+def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_blocks: int, most: int) -> None:
+    """Blocks are handed out from the free list's head and freed ones join its tail in the order given,
+    with and without blocks held twice (``acquire``); a block freed twice is refused. Without caching
+    the pool's queue is a list from a moving head (compacted as it goes: the 1500-block case), with it
+    a linked list: the same order."""
+    rng = random.Random(11)
+    pool = BlockPool(num_blocks, enable_caching=caching)
+    reference = deque(range(num_blocks))
+    held: list[list[int]] = []
+    for _ in range(400):
+        if held and rng.random() < 0.45:
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.free([pool.blocks[b] for b in blocks])
+            reference.extend(b for b in blocks if pool.blocks[b].ref_cnt == 0)
+        elif held and rng.random() < 0.2:  # another holder of some held blocks
+            shared = rng.choice(held)[: rng.randint(1, 3)]
+            for b in shared:
+                pool.acquire(pool.blocks[b])
+            held.append(list(shared))
+        else:
+            n = rng.randint(1, most)
+            got = pool.allocate(n)
+            if n > len(reference):
+                assert got is None
+                continue
+            assert got is not None
+            assert [b.block_id for b in got] == [reference.popleft() for _ in range(n)]
+            assert all(b.ref_cnt == 1 for b in got)
+            held.append([b.block_id for b in got])
+        assert [b.block_id for b in pool.free_queue] == list(reference)
+        assert pool.num_free == len(reference)
+    block = pool.allocate(1)
+    assert block is not None
+    pool.free(block)
+    with pytest.raises(AssertionError, match="freed twice"):
+        pool.free(block)
+
+
+class _Sequential(Tokenizer):
+    """The byte tokenizer, drawing prompts one after another (the contract's definition)."""
+
+    def __init__(self) -> None:
+        self.inner = ByteTokenizer()
+        self.vocab_size = self.inner.vocab_size
+        self.bos_token_id = self.inner.bos_token_id
+        self.eos_token_ids = self.inner.eos_token_ids
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.inner.encode(text, add_special_tokens)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:  # type: ignore[override]
+        return self.inner.decode(ids, skip_special_tokens)
+
+    def random_token_ids(self, n: int, rng: random.Random) -> list[int]:
+        return self.inner.random_token_ids(n, rng)
+
+
+@pytest.mark.parametrize("lengths", [[], [0], [1, 15, 16, 17, 3], [512] * 40, [700_000, 3, 500_000]])
+def test_prompts_drawn_together_are_those_drawn_one_after_another(lengths: list[int]) -> None:
+    """Across the bulk draws' size cap too (the last case draws over 2**20 tokens in all)."""
+    together, one_by_one = random.Random(8), random.Random(8)
+    got = ByteTokenizer().random_token_id_lists(lengths, together)
+    assert got == [ByteTokenizer().random_token_ids(n, one_by_one) for n in lengths]
+    assert together.getstate() == one_by_one.getstate()
+
+
+def test_synthetic_workload_draws_the_same_requests_as_one_request_at_a_time() -> None:
+    workload = SyntheticWorkload(300, Poisson(4.0), Uniform(1, 90), Fixed(7), seed=3, num_priorities=3)
+    specs = workload.requests(ByteTokenizer())
+    assert specs == workload.requests(_Sequential())
+    # the reference: each request's attributes drawn in turn, from the workload's four streams
+    arrivals, lengths, tokens, priorities = (random.Random(f"3/{k}") for k in range(4))
+    t, reference = 0.0, []
+    for i in range(300):
+        t += Poisson(4.0).gap(arrivals)
+        n_in = Uniform(1, 90).sample(lengths)
+        prompt = ByteTokenizer().random_token_ids(n_in, tokens)
+        reference.append(RequestSpec(f"req-{i:06d}", t, prompt, Fixed(7).sample(lengths), priorities.randrange(3)))
+    assert specs == reference
