@@ -5,6 +5,7 @@ sequence, contexts across blocks, both gate outcomes), any order, block size and
 from __future__ import annotations
 
 import random
+from array import array
 
 import numpy as np
 import pytest
@@ -74,4 +75,15 @@ def test_c_chain_equals_python_chain(order: int, block_size: int, seed: int, rep
 
 
 def test_a_seed_beyond_int64_runs_the_python_chain() -> None:
-    assert chain.decode_rows((0, 0), 16, 3, 2**64, 0, 32, 95, ([0], [40], [1], [[0]])) is None
+    assert chain.decode_rows((0, 0, 0), 16, 3, 2**64, 0, 32, 95, ([0], [40], [1], [[0]])) is None
+
+
+def test_a_block_outside_the_cache_is_refused() -> None:
+    cache = array("q", bytes(8 * 64))
+    kv = (cache.buffer_info()[0], cache.buffer_info()[0], 64)
+    assert chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([0], [40], [3], [[3]])) is not None  # slots 48..50
+    for table in ([4], [-1]):
+        with pytest.raises(ValueError, match="outside the cache"):
+            chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([0], [40], [3], [table]))
+    with pytest.raises(ValueError, match="outside its block table"):
+        chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([14], [40], [3], [[0]]))

@@ -36,7 +36,7 @@ class HostViews(NamedTuple):
     v: memoryview
     k_array: np.ndarray
     v_array: np.ndarray
-    addresses: tuple[int, int]
+    addresses: tuple[int, int, int]  # K's, V's and their length in slots
 
 
 class SyntheticModel(Model):
@@ -193,7 +193,7 @@ class SyntheticModel(Model):
             if not all(a.flags.c_contiguous and a.dtype == np.int64 for a in (k_array, v_array)):
                 raise ValueError("the synthetic model's host cache must be contiguous int64 arrays")
             k_array, v_array = k_array.reshape(-1), v_array.reshape(-1)  # views: contiguous
-            addresses = (k_array.ctypes.data, v_array.ctypes.data)
+            addresses = (k_array.ctypes.data, v_array.ctypes.data, len(k_array))
             held = self._views = (k_cache, v_cache, HostViews(k_array.data, v_array.data, k_array, v_array, addresses))
         return held[2]
 

@@ -4,6 +4,8 @@
  * Objects/tupleobject.c) over int hashes (x mod 2^61 - 1, keeping the sign; -1 hashes to -2), so the
  * tokens are those `SyntheticModel.next_token` gives, bit for bit (forge.kernels.cpu.synthetic checks
  * this hash against Python's when it loads the library). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stdint.h>
 
 #define XXPRIME_1 11400714785074694791ULL
@@ -42,27 +44,52 @@ static inline int64_t floor_mod(int64_t a, int64_t m) {
     return r < 0 ? r + m : r;
 }
 
-/* Row i decodes num_steps[i] tokens from position starts[i], its first input tokens[i], through the
- * part of its block table at tables[offsets[i]...]: the request's blocks from first_blocks[i] on. The
- * sampled tokens go to out, row after row. Returns 0, or -1 when order is out of range. */
-int forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t block_size, int64_t order, int64_t seed,
-                                uint64_t threshold, int64_t first, int64_t span, int64_t rows,
-                                const int64_t *starts, const int64_t *tokens, const int64_t *num_steps,
-                                const int64_t *tables, const int64_t *offsets, const int64_t *first_blocks,
-                                int64_t *out) {
-    if (order < 1 || order > MAX_ORDER) return -1;
+static int64_t item(PyObject *list, Py_ssize_t i) { return PyLong_AsLongLong(PyList_GET_ITEM(list, i)); }
+
+/* Row i decodes num_steps[i] tokens from position starts[i], its first input tokens[i], through its
+ * block table tables[i] (lists of Python ints; called through ctypes.PyDLL, so with the GIL). Returns
+ * a new list of each row's sampled tokens, or NULL with a Python exception set. */
+PyObject *forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t num_slots, int64_t block_size, int64_t order,
+                                      int64_t seed,
+                                      uint64_t threshold, int64_t first, int64_t span, PyObject *starts,
+                                      PyObject *tokens, PyObject *num_steps, PyObject *tables) {
+    if (order < 1 || order > MAX_ORDER || block_size < 1 || span < 1) {
+        PyErr_SetString(PyExc_ValueError, "synthetic chain: order, block size or span out of range");
+        return NULL;
+    }
+    if (!PyList_Check(starts) || !PyList_Check(tokens) || !PyList_Check(num_steps) || !PyList_Check(tables)) {
+        PyErr_SetString(PyExc_TypeError, "synthetic chain: rows must be lists");
+        return NULL;
+    }
+    Py_ssize_t rows = PyList_GET_SIZE(starts);
+    if (PyList_GET_SIZE(tokens) != rows || PyList_GET_SIZE(num_steps) != rows || PyList_GET_SIZE(tables) != rows) {
+        PyErr_SetString(PyExc_ValueError, "synthetic chain: rows of different lengths");
+        return NULL;
+    }
     const uint64_t seed_lane = int_hash(seed), minus_one = int_hash(-1);
     uint64_t context[MAX_ORDER];
-    for (int64_t i = 0; i < rows; i++) {
-        const int64_t *table = tables + offsets[i], first_block = first_blocks[i];
-        int64_t token = tokens[i];
-        for (int64_t p = starts[i], end = starts[i] + num_steps[i]; p < end; p++) {
-            int64_t slot = table[p / block_size - first_block] * block_size + p % block_size;
+    PyObject *out = PyList_New(rows);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        int64_t start = item(starts, i), token = item(tokens, i), n = item(num_steps, i);
+        PyObject *table = PyList_GET_ITEM(tables, i);
+        int64_t hi = n > 0 ? (start + n - 1) / block_size : 0;
+        PyObject *sampled = PyList_New(n > 0 ? n : 0);
+        if (sampled == NULL || PyErr_Occurred() || !PyList_Check(table) || hi >= PyList_GET_SIZE(table) || start < 0) {
+            Py_XDECREF(sampled);
+            Py_DECREF(out);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "synthetic chain: a row outside its block table");
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, sampled);
+        for (int64_t p = start, j = 0; j < n; p++, j++) {
+            int64_t slot = item(table, p / block_size) * block_size + p % block_size;
+            if (slot < 0 || slot >= num_slots) goto outside;
             k[slot] = v[slot] = token;
-            for (int64_t j = 0; j < order; j++) {
-                int64_t q = p - order + 1 + j;
-                context[j] = q < 0 ? minus_one
-                                   : int_hash(k[table[q / block_size - first_block] * block_size + q % block_size]);
+            for (int64_t c = 0; c < order; c++) {
+                int64_t q = p - order + 1 + c, at = q < 0 ? 0 : item(table, q / block_size) * block_size + q % block_size;
+                if (at < 0 || at >= num_slots) goto outside;
+                context[c] = q < 0 ? minus_one : int_hash(k[at]);
             }
             uint64_t gate = tuple_add(tuple_add(tuple_add(tuple_add(XXPRIME_5, seed_lane), minus_one),
                                                 int_hash(p)), context[order - 1]);
@@ -72,10 +99,19 @@ int forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t block_size, int6
                 acc = tuple_add(acc, int_hash(p));
                 len++;
             }
-            for (int64_t j = 0; j < order; j++) acc = tuple_add(acc, context[j]);
+            for (int64_t c = 0; c < order; c++) acc = tuple_add(acc, context[c]);
             token = first + floor_mod(tuple_end(acc, len), span);
-            *out++ = token;
+            PyObject *value = PyErr_Occurred() ? NULL : PyLong_FromLongLong(token);  /* a block id overflowed */
+            if (value == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyList_SET_ITEM(sampled, j, value);
         }
     }
-    return 0;
+    return out;
+outside:
+    Py_DECREF(out);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "synthetic chain: a block id outside the cache");
+    return NULL;
 }
