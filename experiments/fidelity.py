@@ -10,11 +10,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from experiments.common import section, table, write_readme, write_results
+if TYPE_CHECKING:  # pandas loads where the study writes its report: ``simulate`` needs none
+    import pandas as pd
 
 LIMITS = [
     "model=synthetic",
@@ -131,18 +130,18 @@ def simulate(overrides: list[str]) -> dict[str, Any]:
     """One run in this process: its summary metrics and the CPU seconds of build + run + summary."""
     from forge.config import compose_config
     from forge.engine.build import build_engine, workload_requests
-    from forge.results.metrics import summarize
 
     cpu = time.process_time()
     cfg = compose_config([*overrides, "progress=false", "report=false"])
     engine = build_engine(cfg)
     engine.run(workload_requests(cfg, engine))
-    rec = engine.recorder
-    summary = summarize(rec.requests_frame(), rec.steps_frame(), dict(engine.scheduler.kv.stats()))
+    summary = engine.recorder.summary(dict(engine.scheduler.kv.stats()))
     return {**summary, "cpu_s": time.process_time() - cpu}
 
 
 def step_times(hardware: str) -> pd.DataFrame:
+    import pandas as pd
+
     from forge.models.presets import model_dims
     from forge.sim.clock import BatchShape, SimulatedClock
 
@@ -166,6 +165,10 @@ def step_times(hardware: str) -> pd.DataFrame:
 
 
 def run(out: Path, size: str) -> None:
+    import pandas as pd
+
+    from experiments.common import write_readme, write_results
+
     tiny = size == "tiny"
     workloads = dict(list(WORKLOADS.items())[:2]) if tiny else WORKLOADS
     rows: list[dict[str, Any]] = []
@@ -214,6 +217,8 @@ def run(out: Path, size: str) -> None:
 
 
 def body(df: pd.DataFrame, steps: pd.DataFrame, load_before: Any, load_after: Any) -> list[str]:
+    from experiments.common import section, table
+
     fmt = {m: ".1f" for m in METRICS} | {"duration_s": ".2f", "request_throughput": ".2f"}
     a100 = df[(df["hardware"] == "a100") & df["vidur_duration_s"].notna()]
     lines: list[str] = []

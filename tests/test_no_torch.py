@@ -84,3 +84,18 @@ def test_host_kv_store_is_numpy_of_the_specs_dtype() -> None:
     assert layers[0][0][:, :, 0, 0].tolist() == [[0] * 4, [7] * 4, [7] * 4]
     with pytest.raises(TypeError, match="numpy dtype"):
         backend.allocate_host_kv_cache(KVSpec(1, 1, 1, spec.torch_dtype()), 3, 4)
+
+
+SUMMARY = """
+import json, sys
+import experiments.fidelity as fidelity
+summary = fidelity.simulate([*fidelity.LIMITS, *fidelity.fixed(60, 256, 32, 20.0)])
+print(json.dumps({"torch": "torch" in sys.modules, "pandas": "pandas" in sys.modules, "steps": summary["num_steps"]}))
+"""
+
+
+def test_the_fidelity_studys_simulate_imports_neither_torch_nor_pandas() -> None:
+    """``MetricsRecorder.summary`` gives the summary without building DataFrames (tests/test_metrics_summary.py)."""
+    out = subprocess.run([sys.executable, "-c", SUMMARY], capture_output=True, text=True, check=True, timeout=120)
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result == {"torch": False, "pandas": False, "steps": result["steps"]} and result["steps"] > 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -169,6 +170,23 @@ class MetricsRecorder:
         """One row per request; built column-wise (a 10,000-request run has millions of token times)."""
         import pandas as pd
 
+        return pd.DataFrame(self.request_columns())
+
+    def steps_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        if not self.steps:
+            return pd.DataFrame([])
+        return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
+
+    def summary(self, counters: dict[str, int]) -> dict[str, Any]:
+        """``summarize`` of this run's frames, computed from its columns without pandas (the same numbers)."""
+        columns = zip(*self.steps, strict=True) if self.steps else [()] * len(StepRecord._fields)
+        steps = {name: np.array(column) for name, column in zip(StepRecord._fields, columns, strict=True)}
+        return summarize(self.request_columns(), steps, counters)
+
+    def request_columns(self) -> dict[str, Any]:
+        """``requests_frame``'s columns: numpy arrays, and lists for the ids, reasons and ITL arrays."""
         tls = list(self.requests.values())
         lens = np.fromiter((len(tl.token_times) for tl in tls), dtype=np.int64, count=len(tls))
         ends = np.cumsum(lens)
@@ -188,35 +206,26 @@ class MetricsRecorder:
         finish = np.array([tl.finish_time for tl in tls], dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(lens > 1, (last - first) / (lens - 1), np.nan)
-        return pd.DataFrame(
-            {
-                "request_id": [tl.request_id for tl in tls],
-                "arrival_time": arrival,
-                "first_scheduled_time": scheduled,
-                "first_token_time": first,
-                "finish_time": finish,
-                "num_prompt_tokens": [tl.num_prompt_tokens for tl in tls],
-                "num_output_tokens": [tl.num_output_tokens for tl in tls],
-                "num_cached_tokens": [tl.num_cached_tokens for tl in tls],
-                "num_preemptions": [tl.num_preemptions for tl in tls],
-                "priority": [tl.priority for tl in tls],
-                "finish_reason": [tl.finish_reason for tl in tls],
-                "queue_time": scheduled - arrival,
-                "ttft": first - arrival,
-                "e2e": finish - arrival,
-                "tpot": tpot,
-                # float64 arrays (views of ``gaps``), as a parquet list column reads back: several times
-                # faster to write than Python lists
-                "itl": [gaps[a : b - 1] if b - a > 1 else gaps[:0] for a, b in bounds],
-            }
-        )
-
-    def steps_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        if not self.steps:
-            return pd.DataFrame([])
-        return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
+        return {
+            "request_id": [tl.request_id for tl in tls],
+            "arrival_time": arrival,
+            "first_scheduled_time": scheduled,
+            "first_token_time": first,
+            "finish_time": finish,
+            "num_prompt_tokens": [tl.num_prompt_tokens for tl in tls],
+            "num_output_tokens": [tl.num_output_tokens for tl in tls],
+            "num_cached_tokens": [tl.num_cached_tokens for tl in tls],
+            "num_preemptions": [tl.num_preemptions for tl in tls],
+            "priority": [tl.priority for tl in tls],
+            "finish_reason": [tl.finish_reason for tl in tls],
+            "queue_time": scheduled - arrival,
+            "ttft": first - arrival,
+            "e2e": finish - arrival,
+            "tpot": tpot,
+            # float64 arrays (views of ``gaps``), as a parquet list column reads back: several times
+            # faster to write than Python lists
+            "itl": [gaps[a : b - 1] if b - a > 1 else gaps[:0] for a, b in bounds],
+        }
 
 
 def percentiles(values: Any, prefix: str) -> dict[str, float]:
@@ -230,27 +239,36 @@ def percentiles(values: Any, prefix: str) -> dict[str, float]:
     return out
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, counters: dict[str, int]) -> dict[str, Any]:
-    """Headline numbers, with ``vllm bench serve``-style keys."""
-    start = float(requests["arrival_time"].min())
-    end = float(requests["finish_time"].max())
+def summarize(requests: Any, steps: Any, counters: dict[str, int]) -> dict[str, Any]:
+    """Headline numbers, with ``vllm bench serve``-style keys, from ``requests_frame`` and ``steps_frame``
+    (DataFrames, or their columns: ``MetricsRecorder.request_columns`` and arrays per ``StepRecord`` field).
+    Missing values (NaN) are skipped."""
+
+    def column(frame: Any, name: str) -> np.ndarray:
+        return np.asarray(frame[name])
+
+    arrival, finish = column(requests, "arrival_time"), column(requests, "finish_time")
+    n_requests = len(arrival)
+    start = float(np.nanmin(arrival)) if n_requests else math.nan
+    end = float(np.nanmax(finish)) if n_requests else math.nan
     duration = max(end - start, 1e-12)
-    n_in = int(requests["num_prompt_tokens"].sum())
-    n_out = int(requests["num_output_tokens"].sum())
+    n_in = int(column(requests, "num_prompt_tokens").sum())
+    n_out = int(column(requests, "num_output_tokens").sum())
     parts = [np.asarray(x, dtype=float) for x in requests["itl"]]
     itl = np.concatenate(parts) if parts else np.empty(0)
+    n_steps = len(steps["step"]) if len(steps) else 0
     summary: dict[str, Any] = {
-        "num_requests": len(requests),
+        "num_requests": n_requests,
         "duration_s": duration,
         "total_input_tokens": n_in,
         "total_output_tokens": n_out,
-        "request_throughput": len(requests) / duration,
+        "request_throughput": n_requests / duration,
         "output_throughput": n_out / duration,
         "total_token_throughput": (n_in + n_out) / duration,
-        "num_steps": len(steps),
-        "num_preemptions": int(steps["num_preempted"].sum()) if len(steps) else 0,
-        "peak_kv_usage": float(steps["kv_usage"].max()) if len(steps) else 0.0,
-        "mean_batch_size": float(steps["num_seqs"].mean()) if len(steps) else 0.0,
+        "num_steps": n_steps,
+        "num_preemptions": int(column(steps, "num_preempted").sum()) if n_steps else 0,
+        "peak_kv_usage": float(np.nanmax(column(steps, "kv_usage"))) if n_steps else 0.0,
+        "mean_batch_size": float(np.nanmean(column(steps, "num_seqs"))) if n_steps else 0.0,
     }
     for key in ("ttft", "tpot", "e2e"):
         summary.update(percentiles(requests[key], key))
