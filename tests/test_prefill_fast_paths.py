@@ -18,9 +18,10 @@ from forge.tokenizers.base import ByteTokenizer, Tokenizer
 from forge.workloads.synthetic import Fixed, Poisson, RequestSpec, SyntheticWorkload, Uniform
 
 
+@pytest.mark.parametrize("native", [True, False])  # forge's C write (where it builds) and the numpy one
 @pytest.mark.parametrize("block_size", [4, 16])
-@pytest.mark.parametrize(("start", "num_tokens"), [(0, 64), (0, 70), (5, 40), (3, 33), (16, 48), (7, 57)])
-def test_prompt_chunk_writes_each_token_to_its_slot(block_size: int, start: int, num_tokens: int) -> None:
+@pytest.mark.parametrize(("start", "num_tokens"), [(0, 64), (0, 70), (5, 40), (3, 33), (16, 48), (7, 57), (2, 9)])
+def test_prompt_chunk_writes_each_token_to_its_slot(native: bool, block_size: int, start: int, num_tokens: int) -> None:
     """A long chunk (a prompt, possibly starting or ending inside a block) lands where a write slot by
     slot puts it, in both caches, touching no other slot; the token sampled after it is the same."""
     num_blocks = 40
@@ -34,7 +35,7 @@ def test_prompt_chunk_writes_each_token_to_its_slot(block_size: int, start: int,
         p = start + i
         slot = table[p // block_size] * block_size + p % block_size
         expected_k[slot] = expected_v[slot] = token
-    model = SyntheticModel(seed=5)
+    model = SyntheticModel(seed=5, native=native)
     row = ScheduledRequest("a", start, num_tokens, tokens, table, True)
     logits = model.forward_host(SchedulerOutput([row], num_tokens), block_size, [(k, v)])
     assert k.reshape(-1).tolist() == expected_k.tolist()

@@ -87,3 +87,13 @@ def test_a_block_outside_the_cache_is_refused() -> None:
             chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([0], [40], [3], [table]))
     with pytest.raises(ValueError, match="outside its block table"):
         chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([14], [40], [3], [[0]]))
+
+
+def test_a_chunk_outside_the_cache_or_its_table_is_refused() -> None:
+    cache = array("q", bytes(8 * 64))
+    kv = (cache.buffer_info()[0], cache.buffer_info()[0], 64)
+    assert chain.write_tokens(kv, 16, 2, [40, 41], [3]) and cache[50:52].tolist() == [40, 41]
+    with pytest.raises(ValueError, match="outside the cache"):
+        chain.write_tokens(kv, 16, 0, [40], [4])
+    with pytest.raises(ValueError, match="outside its block table"):
+        chain.write_tokens(kv, 16, 15, [40, 41], [0])

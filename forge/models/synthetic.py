@@ -159,7 +159,7 @@ class SyntheticModel(Model):
             tokens += itertools.chain.from_iterable(
                 self._decode_rows(kv_caches[0], bs, d.starts, d.token_ids, ones, d.block_tables)
             )
-        k, v, k_array, v_array, _ = self._host_views(kv_caches[0])
+        k, v, k_array, v_array, addresses = self._host_views(kv_caches[0])
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
@@ -168,7 +168,9 @@ class SyntheticModel(Model):
             if s.num_tokens == 1 and s.sample:  # a decode after another chunk
                 tokens += self._decode_row(k, v, bs, s.start, s.token_ids[0], table, 1)
                 continue
-            if s.num_tokens < _VECTOR_MIN:
+            if self.native and chain.write_tokens(addresses, bs, s.start, s.token_ids, table):
+                pass
+            elif s.num_tokens < _VECTOR_MIN:
                 p = s.start
                 for tok in s.token_ids:
                     slot = table[p // bs] * bs + p % bs

@@ -115,3 +115,29 @@ outside:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "synthetic chain: a block id outside the cache");
     return NULL;
 }
+
+/* Write the Python ints `tokens` at positions start.. into k and v through the block table `table`
+ * (a chunk's KV). Returns None, or NULL with a Python exception set. */
+PyObject *forge_synthetic_write(int64_t *k, int64_t *v, int64_t num_slots, int64_t block_size, int64_t start,
+                                PyObject *tokens, PyObject *table) {
+    if (block_size < 1 || start < 0 || !PyList_Check(tokens) || !PyList_Check(table)) {
+        PyErr_SetString(PyExc_ValueError, "synthetic chain: a chunk needs lists, a start >= 0 and a block size >= 1");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(tokens), blocks = PyList_GET_SIZE(table);
+    if (n > 0 && (start + n - 1) / block_size >= blocks) {
+        PyErr_SetString(PyExc_ValueError, "synthetic chain: a row outside its block table");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = start + i, slot = item(table, p / block_size) * block_size + p % block_size;
+        int64_t token = item(tokens, i);
+        if (PyErr_Occurred()) return NULL;
+        if (slot < 0 || slot >= num_slots) {
+            PyErr_SetString(PyExc_ValueError, "synthetic chain: a block id outside the cache");
+            return NULL;
+        }
+        k[slot] = v[slot] = token;
+    }
+    Py_RETURN_NONE;
+}

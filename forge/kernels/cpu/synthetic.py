@@ -35,6 +35,8 @@ def library() -> ctypes.PyDLL | None:
     fn = lib.forge_synthetic_decode_rows
     fn.argtypes = [ptr, ptr, i64, i64, i64, i64, ctypes.c_uint64, i64, i64, obj, obj, obj, obj]
     fn.restype = obj
+    lib.forge_synthetic_write.argtypes = [ptr, ptr, i64, i64, i64, obj, obj]
+    lib.forge_synthetic_write.restype = obj
     for probe in PROBES:
         values = array("q", probe)
         if lib.forge_synthetic_tuple_hash(values.buffer_info()[0], len(probe)) != hash(probe):
@@ -62,3 +64,13 @@ def decode_rows(
         *kv, block_size, order, seed, threshold, first, span, *rows
     )
     return sampled
+
+
+def write_tokens(kv: tuple[int, int, int], block_size: int, start: int, token_ids: list[int], table: list[int]) -> bool:
+    """Write ``token_ids`` at positions ``start``.. of the cache ``kv`` (as ``decode_rows``) through the
+    block ``table``; False (nothing written) where the library is unavailable."""
+    lib = library()
+    if lib is None:
+        return False
+    lib.forge_synthetic_write(*kv, block_size, start, token_ids, table)
+    return True
