@@ -1,4 +1,5 @@
-"""The engine: schedule -> run -> update, one step at a time."""
+"""The engine: schedule -> run -> update, one step at a time (or, in ``run`` under a simulated clock,
+consecutive plain-decode steps at once as a ``DecodeRun``, with the same outcome)."""
 
 from __future__ import annotations
 
