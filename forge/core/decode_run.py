@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from forge.core.request import Request
 
@@ -71,6 +72,8 @@ class DecodeRun:
             out.append(left)
         return out
 
+    @cached_property
     def finish_order(self) -> list[int]:
-        """The finishing rows' indices in the order they end: by last step, then row order."""
+        """The finishing rows' indices in the order they end: by last step, then row order (computed once:
+        the KV cache, the scheduler and the recorder each read it)."""
         return sorted((i for i, f in enumerate(self.finishing) if f), key=self.num_steps.__getitem__)

@@ -33,8 +33,6 @@ class ModelRunner:
     """Owns the KV tensors; one ``execute`` per engine step. Everything it needs of the step is in
     the ``SchedulerOutput`` (its rows' requests included)."""
 
-    decode_runs = False  # steps one at a time (``SimulationRunner.execute_decode_run`` takes runs)
-
     def __init__(
         self,
         model: Model,

@@ -202,7 +202,7 @@ class PagedKVCache(KVCacheManager):
         blocks before it, ``allocated[j]`` taken at step j, a finishing row's blocks back after its last."""
         bs, total = self.block_size, self.num_blocks * self.block_size
         ending: dict[int, list[int]] = {}
-        for i in run.finish_order():
+        for i in run.finish_order:
             ending.setdefault(run.num_steps[i] - 1, []).append(i)
         rows, starts = len(run.starts), sum(run.starts)
         usages = []

@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # torch only for the tensor path (``forward``): the host path
 
 _FIRST, _LAST = 32, 127  # printable ASCII, so outputs decode to readable text
 _PHI = 0.6180339887498949  # the golden ratio's fraction: stand-in hidden states' frequency step
-_VECTOR_MIN = 32  # chunks of at least this many tokens are written to the cache as arrays
 
 
 class HostViews(NamedTuple):
@@ -159,24 +158,17 @@ class SyntheticModel(Model):
             tokens += itertools.chain.from_iterable(
                 self._decode_rows(kv_caches[0], bs, d.starts, d.token_ids, ones, d.block_tables)
             )
-        k, v, k_array, v_array, addresses = self._host_views(kv_caches[0])
+        k, _, k_array, v_array, addresses = self._host_views(kv_caches[0])
         # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
         # same step writes: a block is readable by others (prefix hit) only after its writer allocated
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
         for s in sched.chunks:
             table = s.block_table
             if s.num_tokens == 1 and s.sample:  # a decode after another chunk
-                tokens += self._decode_row(k, v, bs, s.start, s.token_ids[0], table, 1)
+                tokens += self._decode_rows(kv_caches[0], bs, [s.start], s.token_ids, [1], [table])[0]
                 continue
-            if self.native and chain.write_tokens(addresses, bs, s.start, s.token_ids, table):
-                pass
-            elif s.num_tokens < _VECTOR_MIN:
-                p = s.start
-                for tok in s.token_ids:
-                    slot = table[p // bs] * bs + p % bs
-                    k[slot] = v[slot] = tok
-                    p += 1
-            else:  # a long chunk (a prompt): written block by block as arrays
+            # a chunk (a prompt): forge's C write where it loads, else block by block as arrays
+            if not (self.native and chain.write_tokens(addresses, bs, s.start, s.token_ids, table)):
                 _write_chunk(k_array, v_array, table, bs, s.start, s.token_ids)
             if s.sample:
                 end = s.start + s.num_tokens

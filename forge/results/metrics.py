@@ -153,7 +153,7 @@ class MetricsRecorder:
             tl = timelines[r.request_id]
             tl.token_times += ends[:n]
             tl.num_output_tokens = len(r.output_token_ids)
-        for i in run.finish_order():
+        for i in run.finish_order:
             r = run.requests[i]
             tl = timelines[r.request_id]
             tl.finish_time = ends[run.num_steps[i] - 1]

@@ -365,7 +365,7 @@ class Scheduler:
         for request, sampled, n in zip(run.requests, tokens, run.num_steps, strict=True):
             request.output_token_ids += sampled
             request.num_computed_tokens += n
-        finished = [run.requests[i] for i in run.finish_order()]
+        finished = [run.requests[i] for i in run.finish_order]
         if finished:
             for request in finished:
                 request.status = RequestStatus.FINISHED_LENGTH

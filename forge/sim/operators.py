@@ -178,13 +178,8 @@ class OperatorCostModel(SummedCostModel):
     def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
         """``time_of`` a step of plain decodes, term by term in ``time_of``'s order (no prefill pairs:
         adding their 0.0 changes no bits) from the terms of ``num_decodes``."""
-        terms = self._terms_of.get(num_decodes) or self.terms(num_decodes)
-        mean = context_sum / num_decodes
-        if terms.attention is None:
-            t = terms.dense + self._attention(terms, num_decodes, mean)
-        else:  # _attention's expression, inlined on the hot path of simulated decode runs
-            eff = terms.attention.efficiency(mean)
-            t = terms.dense + num_decodes * mean * self.kv_bytes / (self.c.mem_bw * eff)
+        terms = self.terms(num_decodes)
+        t = terms.dense + self._attention(terms, num_decodes, context_sum / num_decodes)
         if self.tp > 1:
             t += terms.all_reduces
         return self.dims.num_layers * t + terms.head + terms.embed + self.c.step_overhead_s
