@@ -15,6 +15,7 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
+from forge.engine.gc_pause import rare_gc
 from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
 from forge.kernels.kv_quant import is_quantized_name, kv_cache_dtype
@@ -24,7 +25,7 @@ from forge.policies.base import Policy
 from forge.sched.scheduler import Scheduler, SchedulerLimits
 from forge.sim.clock import Clock, SimulatedClock
 from forge.spec.base import Drafter
-from forge.workloads.synthetic import Workload
+from forge.workloads.synthetic import RequestSpec, Workload
 
 if TYPE_CHECKING:
     from forge.engine.runner import ModelRunner
@@ -235,18 +236,19 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
     kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
     kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
     params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
-    requests = []
-    for spec in workload.requests(engine.tokenizer):
-        if spec.output_len not in params:
-            params[spec.output_len] = SamplingParams(**{**kwargs, "max_tokens": spec.output_len})
-        requests.append(
-            Request(
-                request_id=spec.request_id,
-                prompt_token_ids=spec.prompt_token_ids,
-                sampling_params=params[spec.output_len],
-                arrival_time=spec.arrival_time,
-                priority=spec.priority,
-                expected_output_len=spec.output_len,
-            )
-        )
-    return requests
+    with rare_gc():  # thousands of prompts: no GC passes over them while they are built
+        return [_request(spec, kwargs, params) for spec in workload.requests(engine.tokenizer)]
+
+
+def _request(spec: RequestSpec, kwargs: dict[str, Any], params: dict[int, SamplingParams]) -> Request:
+    """``spec`` as a request; ``params`` holds the sampling parameters by ``max_tokens`` (shared)."""
+    if spec.output_len not in params:
+        params[spec.output_len] = SamplingParams(**{**kwargs, "max_tokens": spec.output_len})
+    return Request(
+        request_id=spec.request_id,
+        prompt_token_ids=spec.prompt_token_ids,
+        sampling_params=params[spec.output_len],
+        arrival_time=spec.arrival_time,
+        priority=spec.priority,
+        expected_output_len=spec.output_len,
+    )

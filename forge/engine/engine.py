@@ -3,11 +3,9 @@ consecutive plain-decode steps at once as a ``DecodeRun``, with the same outcome
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tqdm import tqdm
@@ -15,6 +13,7 @@ from tqdm import tqdm
 from forge.core.decode_run import DecodeRun
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
+from forge.engine.gc_pause import rare_gc
 from forge.engine.sim_runner import SimulationRunner
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
@@ -32,20 +31,6 @@ if TYPE_CHECKING:  # a simulated run's runner imports no torch; ModelRunner's mo
 log = logging.getLogger("forge.engine.engine")
 
 MAX_RUN_STEPS = 256  # the most steps one ``DecodeRun`` takes
-
-
-@contextmanager
-def _rare_gc(gen0_threshold: int = 100_000) -> Iterator[None]:
-    """Raise the GC's first-generation threshold for the block, then restore it. Each step creates
-    and drops thousands of small containers (per-request outputs, chunks, token lists); with the
-    default threshold (700) the collector runs several times a step and its passes cost ~15-20% of
-    a simulated run (reports/simulation_speed). Cycles are still collected, only less often."""
-    old = gc.get_threshold()
-    gc.set_threshold(max(gen0_threshold, old[0]), *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
 
 
 class EngineDeadError(RuntimeError):
@@ -259,8 +244,8 @@ class Engine:
     def run(self, requests: Iterable[Request], progress: bool = False) -> dict[str, RequestOutput]:
         """Feed requests at their ``arrival_time`` (seconds from now) and step until all finish.
 
-        While it runs, Python's cyclic GC runs less often (see ``_rare_gc``)."""
-        with _rare_gc():
+        While it runs, Python's cyclic GC runs less often (see ``forge.engine.gc_pause.rare_gc``)."""
+        with rare_gc():
             return self._run(requests, progress)
 
     def _run(self, requests: Iterable[Request], progress: bool) -> dict[str, RequestOutput]:

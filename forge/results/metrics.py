@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -32,6 +33,10 @@ class RequestTimeline:
     finish_reason: str | None = None
     num_cached_tokens: int = 0
     num_preemptions: int = 0
+
+
+SUMMARY_STEP_COLUMNS = {"step": np.int64, "num_preempted": np.int64, "kv_usage": np.float64, "num_seqs": np.int64}
+"""The step columns ``summarize`` reads, with their dtypes as in ``steps_frame``."""
 
 
 class StepRecord(NamedTuple):
@@ -180,9 +185,13 @@ class MetricsRecorder:
         return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
 
     def summary(self, counters: dict[str, int]) -> dict[str, Any]:
-        """``summarize`` of this run's frames, computed from its columns without pandas (the same numbers)."""
-        columns = zip(*self.steps, strict=True) if self.steps else [()] * len(StepRecord._fields)
-        steps = {name: np.array(column) for name, column in zip(StepRecord._fields, columns, strict=True)}
+        """``summarize`` of this run's frames, computed from its columns without pandas (the same numbers):
+        of the steps, only the columns it reads."""
+        records = self.steps
+        steps = {
+            name: np.fromiter(map(attrgetter(name), records), dtype=dtype, count=len(records))
+            for name, dtype in SUMMARY_STEP_COLUMNS.items()
+        }
         return summarize(self.request_columns(), steps, counters)
 
     def request_columns(self) -> dict[str, Any]:
