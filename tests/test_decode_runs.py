@@ -157,5 +157,16 @@ def test_a_run_that_does_not_fit_the_free_blocks_is_refused() -> None:
     r = decoding(kv, "a", 12, 1)  # 3 blocks held, one free
     run = DecodeRun([r], [12], [2], [kv.block_table("a")], [4], [True])
     assert kv.decode_run_fits(run)
-    assert not kv.decode_run_fits(run.__class__([r], [12], [2], [kv.block_table("a")], [5], [True]))
+    held = kv.holders()
+    assert kv.reserve_decode_run(run.__class__([r], [12], [2], [kv.block_table("a")], [9], [True])) is None
+    assert kv.holders() == held and kv.num_free_blocks() == 1  # refused: nothing allocated
+    assert kv.reserve_decode_run(run) is not None
     assert run.truncated(2).num_steps == [2] and run.truncated(2).finishing == [False]
+
+
+def test_truncation_keeps_the_rows_that_end_within_it() -> None:
+    run = DecodeRun([], [0, 0, 0], [1, 1, 1], [[], [], []], [2, 5, 3], [True, True, False])
+    assert run.truncated(5) is run
+    cut = run.truncated(3)
+    assert cut.num_steps == [2, 3, 3] and cut.finishing == [True, False, False]
+    assert run.truncated(1).num_steps == [1, 1, 1] and run.truncated(1).finishing == [False, False, False]

@@ -35,10 +35,15 @@ class DecodeRun:
 
     def truncated(self, steps: int) -> DecodeRun:
         """The run's first ``steps`` steps (a row cut short no longer finishes in it)."""
-        if steps >= self.steps:
+        num_steps = self.num_steps
+        if steps >= max(num_steps):
             return self
-        cut = [min(n, steps) for n in self.num_steps]
-        finishing = [f and n <= steps for f, n in zip(self.finishing, self.num_steps, strict=True)]
+        rows = len(num_steps)
+        if min(num_steps) > steps:  # every row is cut: none finishes (the common case)
+            cut, finishing = [steps] * rows, [False] * rows
+        else:
+            cut = [n if n < steps else steps for n in num_steps]
+            finishing = [f and n <= steps for f, n in zip(self.finishing, num_steps, strict=True)]
         return DecodeRun(self.requests, self.starts, self.token_ids, self.block_tables, cut, finishing)
 
     def step_shapes(self) -> Iterator[tuple[int, int]]:

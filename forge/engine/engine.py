@@ -15,6 +15,7 @@ from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stop
 from forge.core.request import Request
 from forge.engine.gc_pause import rare_gc
 from forge.engine.sim_runner import SimulationRunner
+from forge.kvcache.base import KVUsage
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
 from forge.sched.beam import BeamSearches
@@ -283,13 +284,17 @@ class Engine:
         ):
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
             if plan is not None and (ends := self.clock.decode_step_ends(plan, next_arrival)):
-                return self._decode_run(runner, plan.truncated(len(ends)), ends)
+                run = plan.truncated(len(ends))
+                if (usage := self.scheduler.start_decode_run(run)) is not None:
+                    return self._decode_run(runner, run, ends, usage)
         return self._step().finished
 
-    def _decode_run(self, runner: SimulationRunner, run: DecodeRun, ends: list[float]) -> list[RequestOutput]:
-        """Take ``run``'s steps, which end at ``ends``: what stepping through them records and returns."""
+    def _decode_run(
+        self, runner: SimulationRunner, run: DecodeRun, ends: list[float], usage: list[KVUsage]
+    ) -> list[RequestOutput]:
+        """Take ``run``'s steps (started: its slots reserved, ``usage`` after each), which end at ``ends``:
+        what stepping through them records and returns."""
         start = self.clock.now()
-        usage = self.scheduler.start_decode_run(run)
         finished = self.scheduler.finish_decode_run(run, runner.execute_decode_run(run))
         self.clock.wait_until(ends[-1])
         self.recorder.on_decode_run(run, start, ends, usage)

@@ -78,10 +78,11 @@ class KVCacheManager(ABC):
       all-or-nothing; False if the GPU pool cannot. The request keeps its computed tokens.
     - ``take_block_ops()``: the tensor copies (swap, copy-on-write) decided since the
       last call, for the runner; the scheduler calls it once per step.
-    - ``decode_run_fits(run)``: whether ``reserve_decode_run`` takes the ``DecodeRun`` (its requests
-      being every holder of blocks); a pure query. ``reserve_decode_run(run)`` then allocates its
+    - ``decode_run_fits(run)``: whether the cache can take a ``DecodeRun`` of these requests (being
+      every holder of blocks); a cheap pure query. ``reserve_decode_run(run)`` then allocates its
       slots as its steps' ``decode_slot`` calls would, in the same order, and returns each step's
-      ``usage`` of the requests still running after it (the finishing rows freed after their last).
+      ``usage`` of the requests still running after it (the finishing rows freed after their last);
+      or None, nothing allocated, when the free blocks do not hold the run (a step would wait).
 
     KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
     table and ``group_tables(request_id)`` the other groups' (empty with one group).
@@ -133,7 +134,7 @@ class KVCacheManager(ABC):
     def decode_run_fits(self, run: DecodeRun) -> bool:
         return False
 
-    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
         raise NotImplementedError(f"{type(self).__name__} takes no decode runs (decode_run_fits is False)")
 
     def token_capacity(self, max_chunk: int) -> int:

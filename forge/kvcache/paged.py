@@ -164,19 +164,13 @@ class PagedKVCache(KVCacheManager):
         return self._tables[request.request_id] if self.allocate_slots(request, end, end) else None
 
     def decode_run_fits(self, run: DecodeRun) -> bool:
-        """Without prefix caching, shared or swapped blocks, the run's requests holding every block,
-        when the free pool holds every block the run needs (so no step waits for a row's free)."""
-        if self.enable_prefix_caching or self.pool.num_shared or self._swapped:
-            return False
-        if len(self._blocks) != len(run.requests):
-            return False
-        bs = self.block_size
-        need = 0
-        for start, n, table in zip(run.starts, run.num_steps, run.block_tables, strict=True):
-            need += max(-(-(start + n) // bs) - len(table), 0)
-        return need <= self.pool.num_free
+        """Without prefix caching, shared or swapped blocks, the run's requests holding every block
+        (whether the free pool holds what the run needs, ``reserve_decode_run`` tells)."""
+        return not (self.enable_prefix_caching or self.pool.num_shared or self._swapped) and len(self._blocks) == len(
+            run.requests
+        )
 
-    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
         bs = self.block_size
         opening: list[tuple[int, int]] = []  # (step, row) of each position opening a new block
         for i, (start, n, table) in enumerate(zip(run.starts, run.num_steps, run.block_tables, strict=True)):
@@ -184,16 +178,18 @@ class PagedKVCache(KVCacheManager):
             while j < n:
                 opening.append((j, i))
                 j += bs
-        opening.sort()
         free_before = self.pool.num_free
+        if len(opening) > free_before:
+            return None  # some step would wait for a row's free: step by step
+        opening.sort()
         new = self.pool.allocate(len(opening))
-        if new is None:
-            raise ValueError(f"the decode run needs {len(opening)} blocks, {free_before} are free")
+        assert new is not None
         allocated = [0] * run.steps
         rids = [r.request_id for r in run.requests]
+        blocks, tables = self._blocks, self._tables
         for (j, i), block in zip(opening, new, strict=True):
-            self._blocks[rids[i]].append(block)
-            self._tables[rids[i]].append(block.block_id)
+            blocks[rids[i]].append(block)
+            tables[rids[i]].append(block.block_id)
             allocated[j] += 1
         return self._run_usage(run, free_before, allocated)
 

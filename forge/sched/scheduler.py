@@ -320,9 +320,9 @@ class Scheduler:
         """The next steps (at most ``max_steps``) as one ``DecodeRun``, when each would be ``schedule``'s
         plain decodes of every running request in order and only a length limit can end one: nothing
         waiting, swapped or to fork; every request plain greedy with no constraint, ignoring EOS, with
-        no stop tokens; the budget holding the batch; the KV cache taking the run
+        no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
         (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. No side effect:
-        ``start_decode_run`` commits it or a truncation of it."""
+        ``start_decode_run`` commits it or a truncation of it (if the free blocks hold it)."""
         running = self.running
         budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
         if not running or len(self.waiting) or self.swapped or self._forks or len(running) > budget:
@@ -352,9 +352,10 @@ class Scheduler:
         run = DecodeRun(list(running), starts, tokens, tables, num_steps, finishing)
         return run if self.kv.decode_run_fits(run) else None
 
-    def start_decode_run(self, run: DecodeRun) -> list[KVUsage]:
+    def start_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
         """Reserve the KV slots of ``run`` (``plan_decode_run``'s, or a truncation of it); returns each
-        step's KV usage as ``kv.usage(running)`` reads after that step."""
+        step's KV usage as ``kv.usage(running)`` reads after that step. None, nothing changed, when the
+        free blocks do not hold the run: schedule step by step."""
         return self.kv.reserve_decode_run(run)
 
     def finish_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> list[Request]:
