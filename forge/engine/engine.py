@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
-
-from tqdm import tqdm
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from forge.core.decode_run import DecodeRun
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
@@ -32,6 +31,20 @@ if TYPE_CHECKING:  # a simulated run's runner imports no torch; ModelRunner's mo
 log = logging.getLogger("forge.engine.engine")
 
 MAX_RUN_STEPS = 256  # the most steps one ``DecodeRun`` takes
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+
+def _progress_bar(total: int, enabled: bool) -> AbstractContextManager[Any]:
+    """A tqdm bar over ``total`` requests, or (tqdm not even imported) one that shows nothing."""
+    if not enabled:
+        return nullcontext(_NoBar())
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="req", desc="forge")
 
 
 class EngineDeadError(RuntimeError):
@@ -254,7 +267,7 @@ class Engine:
         finals: dict[str, RequestOutput] = {}
         offset = self.clock.now()
         i = 0
-        with tqdm(total=len(pending), disable=not progress, unit="req", desc="forge") as bar:
+        with _progress_bar(len(pending), progress) as bar:
             while (unfinished := self.has_unfinished()) or i < len(pending):
                 if not unfinished:
                     self.clock.wait_until(offset + pending[i].arrival_time)

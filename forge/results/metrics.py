@@ -154,9 +154,10 @@ class MetricsRecorder:
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
+        taken = len(ends)
         for r, n in zip(run.requests, run.num_steps, strict=True):
             tl = timelines[r.request_id]
-            tl.token_times += ends[:n]
+            tl.token_times += ends if n == taken else ends[:n]
             tl.num_output_tokens = len(r.output_token_ids)
         for i in run.finish_order:
             r = run.requests[i]
@@ -164,11 +165,15 @@ class MetricsRecorder:
             tl.finish_time = ends[run.num_steps[i] - 1]
             tl.finish_reason = r.status.value
             tl.num_preemptions = r.num_preemptions
-        steps = self.steps
-        for (rows, _), end, usage, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
-            record = (len(steps), start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, usage.used_fraction)
-            sizes = (usage.token_slots, usage.reserved_slots, usage.internal_frag_slots, usage.external_frag_slots)
-            steps.append(StepRecord(*record, *sizes, usage.free_slots, usage.total_slots))
+        record, step = self.steps.append, len(self.steps)
+        for (rows, _), end, u, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
+            sizes = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
+            record(
+                StepRecord(
+                    step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots
+                )
+            )
+            step += 1
             start = end
 
     def requests_frame(self) -> pd.DataFrame:

@@ -129,15 +129,19 @@ PyObject *forge_synthetic_write(int64_t *k, int64_t *v, int64_t num_slots, int64
         PyErr_SetString(PyExc_ValueError, "synthetic chain: a row outside its block table");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t p = start + i, slot = item(table, p / block_size) * block_size + p % block_size;
-        int64_t token = item(tokens, i);
+    Py_ssize_t i = 0;
+    for (int64_t block = start / block_size, off = start % block_size; i < n; block++, off = 0) {
+        int64_t base = item(table, block) * block_size;  /* one block at a time: no division per token */
         if (PyErr_Occurred()) return NULL;
-        if (slot < 0 || slot >= num_slots) {
+        if (base < 0 || base + block_size > num_slots) {
             PyErr_SetString(PyExc_ValueError, "synthetic chain: a block id outside the cache");
             return NULL;
         }
-        k[slot] = v[slot] = token;
+        for (; off < block_size && i < n; off++, i++) {
+            int64_t token = item(tokens, i);
+            if (PyErr_Occurred()) return NULL;
+            k[base + off] = v[base + off] = token;
+        }
     }
     Py_RETURN_NONE;
 }
