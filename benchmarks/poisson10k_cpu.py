@@ -6,23 +6,26 @@ operator clock, Llama-2-7B / A100) on one or more source trees, written as a mar
 
 (``@COMMIT`` names the commit of a tree that is not a git checkout, e.g. a ``git archive`` of it.)
 
-Each run is a fresh process, started in the tree's root with ``PYTHONPATH`` = that root, which imports
-forge (and what it imports: torch, hydra, ...), then calls ``experiments.fidelity.simulate`` on the
-trace. It reports three CPU times (``time.process_time``): ``process`` (the whole process: interpreter
-start-up, imports, simulation), ``imports`` (importing forge's build/config/metrics modules and
-``experiments.fidelity``) and ``simulate`` (``simulate``'s own ``cpu_s``: the Hydra compose, build,
-workload, simulation and summary, the modules already imported). Rounds alternate the trees back to
-back; the load average is printed before and after each run. Medians are over the rounds."""
+Each run is a fresh process, started in the tree's root with ``PYTHONPATH`` = that root (and, by
+default, Python's compiled-module cache on: ``--bytecode``), which imports forge (and what it imports:
+torch, hydra, ...), then calls ``experiments.fidelity.simulate`` on the trace. It reports three CPU
+times (``time.process_time``): ``process`` (the whole process: interpreter start-up, imports,
+simulation), ``imports`` (importing forge's build/config/metrics modules and ``experiments.fidelity``)
+and ``simulate`` (``simulate``'s own ``cpu_s``: the Hydra compose, build, workload, simulation and
+summary, the modules already imported). Rounds alternate the trees back to back; the load average is
+printed before and after each run. Medians are over the rounds."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks.machine import cpu_model
@@ -54,8 +57,22 @@ def commit_of(tree: Path) -> str:
     return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def run_once(tree: Path) -> dict[str, float]:
+def child_env(tree: Path, bytecode: str) -> dict[str, str]:
+    """The run's environment: ``PYTHONPATH`` = the tree. ``bytecode="cached"`` lets Python write and
+    read its compiled modules (its default; kept under ``PYTHONPYCACHEPREFIX``, a directory per tree in
+    the system temp dir, not in the tree) even where ``PYTHONDONTWRITEBYTECODE`` is set; ``"off"``
+    keeps the caller's setting (with the variable set, every module is compiled from source in every
+    process)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    if bytecode == "cached":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        digest = hashlib.sha256(str(tree).encode()).hexdigest()[:12]
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"forge-bench-pycache-{digest}")
+    return env
+
+
+def run_once(tree: Path, bytecode: str) -> dict[str, float]:
+    env = child_env(tree, bytecode)
     done = subprocess.run(
         [sys.executable, "-c", CHILD], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
     )
@@ -63,7 +80,7 @@ def run_once(tree: Path) -> dict[str, float]:
     return result
 
 
-def report(commits: dict[str, str], runs: dict[str, list[dict[str, float]]], argv: list[str]) -> str:
+def report(commits: dict[str, str], runs: dict[str, list[dict[str, float]]], argv: list[str], bytecode: str) -> str:
     lines = [
         "# Issue 16's 10,000-request trace: CPU seconds",
         "",
@@ -78,6 +95,14 @@ def report(commits: dict[str, str], runs: dict[str, list[dict[str, float]]], arg
         f"Machine: {cpu_model()}, {os.cpu_count()} cores shared with other sessions (nothing niced),",
         f"Python {platform.python_version()}. Rounds alternate the trees back to back; load average",
         "(`os.getloadavg()[0]`) before -> after each run.",
+        "Compiled modules: "
+        + (
+            "**cached** (Python's default; filled by one uncounted run per tree, kept outside the trees)."
+            if bytecode == "cached"
+            else "**not cached** (`PYTHONDONTWRITEBYTECODE` as the caller set it; set, every process compiles "
+            "every module from source)."
+        ),
+        f"The caller's PYTHONDONTWRITEBYTECODE: {os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')!r}.",
         "",
         "| tree | commit | round | process s | imports s | simulate s | load | steps | mean TPOT ms | p90 E2E ms |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -111,6 +136,13 @@ def main() -> None:
     parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a source tree (repeatable)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="markdown report (default: print it)")
+    parser.add_argument(
+        "--bytecode",
+        choices=("cached", "off"),
+        default="cached",
+        help="cached (default): Python's compiled-module cache, filled by one uncounted run per tree; "
+        "off: the caller's PYTHONDONTWRITEBYTECODE setting",
+    )
     args = parser.parse_args()
     trees: dict[str, Path] = {}
     commits: dict[str, str] = {}
@@ -120,12 +152,15 @@ def main() -> None:
         trees[label] = Path(path).resolve()
         commits[label] = commit or commit_of(trees[label])
     runs: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    if args.bytecode == "cached":
+        for label, path in trees.items():
+            print(f"warm-up {label}: {json.dumps(run_once(path, args.bytecode))}", flush=True)
     for i in range(args.rounds):
         for label, path in trees.items():
-            r = run_once(path)
+            r = run_once(path, args.bytecode)
             runs[label].append(r)
             print(f"round {i + 1} {label}: {json.dumps(r)}", flush=True)
-    text = report(commits, runs, sys.argv[1:])
+    text = report(commits, runs, sys.argv[1:], args.bytecode)
     if args.out is None:
         print(text)
     else:
