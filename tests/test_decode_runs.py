@@ -11,14 +11,17 @@ import pytest
 
 from forge.config import compose_config
 from forge.core.decode_run import DecodeRun
-from forge.core.request import Request
+from forge.core.request import Request, RequestStatus
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
 from forge.kvcache.paged import PagedKVCache
+from forge.sched.decode_rows import DecodeRows
 
 BASE = ["model=synthetic", "clock=simulated", "progress=false", "report=false"]
 POISSON = ["workload=poisson", "workload.num_requests=40", "workload.arrivals.rate=40", "workload.output_len.high=64"]
+V0 = ["scheduler=vllm_v0", "engine.enable_chunked_prefill=false", "engine.max_num_batched_tokens=2048"]
+SWAP = ["engine.preemption_mode=swap", "kvcache.num_cpu_blocks=96"]
 CASES = {
     "vllm_v0-operators": [
         *POISSON,
@@ -27,6 +30,16 @@ CASES = {
         "engine.enable_chunked_prefill=false",
         "engine.max_num_batched_tokens=2048",
     ],
+    "vllm_v0-preemption": [*POISSON, *V0, "kvcache.num_blocks=48"],
+    "vllm_v0-swap": [
+        *POISSON,
+        *V0,
+        "kvcache.num_blocks=48",
+        "engine.preemption_mode=swap",
+        "kvcache.num_cpu_blocks=96",
+    ],
+    "vllm_v0-max-model-len": [*POISSON, *V0, "engine.max_model_len=160", "workload.input_len.high=120"],
+    "vllm_v0-chunked": [*POISSON, "scheduler=vllm_v0", "engine.max_num_batched_tokens=64"],
     "fcfs-roofline": [*POISSON, "scheduler=fcfs"],
     "sjf": [*POISSON, "scheduler=sjf"],
     "priority": [*POISSON, "scheduler=priority", "workload.num_priorities=3"],
@@ -35,7 +48,7 @@ CASES = {
     "all-at-once": ["workload=sharegpt", "workload.num_requests=30"],
     "max-model-len": [*POISSON, "engine.max_model_len=160", "workload.input_len.high=120"],
     "preemption": [*POISSON, "kvcache.num_blocks=48", "engine.max_num_batched_tokens=256"],
-    "swap": [*POISSON, "kvcache.num_blocks=48", "engine.preemption_mode=swap", "kvcache.num_cpu_blocks=96"],
+    "swap": [*POISSON, "kvcache.num_blocks=48", *SWAP],
     "block-size-1": [*POISSON, "kvcache.block_size=1", "kvcache.num_blocks=4096"],
     "order5-bs4": [*POISSON, "model.order=5", "kvcache.block_size=4", "kvcache.num_blocks=2048"],
     "mixed-sampling": [*POISSON, "sampling=random"],
@@ -79,7 +92,7 @@ def test_decode_runs_equal_stepping(case: str) -> None:
     same_run(e1, e2)
     if case in ("prefix-caching", "naive-cache", "mixed-sampling"):  # caches or requests runs do not take
         assert taken == 0
-    elif case in ("preemption", "swap"):  # requests wait for blocks most of the time: few runs
+    elif case.endswith(("preemption", "swap")):  # requests wait for blocks most of the time: few runs
         assert taken > 10
     else:
         assert taken > len(e1.recorder.steps) // 3  # most decode steps went through runs
@@ -170,3 +183,31 @@ def test_truncation_keeps_the_rows_that_end_within_it() -> None:
     cut = run.truncated(3)
     assert cut.num_steps == [2, 3, 3] and cut.finishing == [True, False, False]
     assert run.truncated(1).num_steps == [1, 1, 1] and run.truncated(1).finishing == [False, False, False]
+
+
+def test_decode_rows_extend_advance_and_refuse() -> None:
+    """``DecodeRows``: extended by the requests after its own (else read afresh), its finishing rows
+    gone after a run, and None when a request is not a plain greedy decode."""
+    kv = PagedKVCache(64, 4)
+    a, b, c = (decoding(kv, rid, 9 + i, 2) for i, rid in enumerate("abc"))  # 98 tokens left each
+    for r in (a, b, c):
+        r.status = RequestStatus.RUNNING
+    rows = DecodeRows.of([a, b], 2048, kv.block_table)
+    assert rows is not None and rows.stops == [9 + 98, 10 + 98]
+    grown = rows.extended([a, b, c], 2048, kv.block_table)
+    assert grown == DecodeRows.of([a, b, c], 2048, kv.block_table) and grown is not None
+    assert grown.tables[0] is rows.tables[0]  # a and b's rows are not read again
+    assert rows.extended([b, a], 2048, kv.block_table) == DecodeRows.of([b, a], 2048, kv.block_table)
+    assert rows.extended([a], 2048, kv.block_table) == DecodeRows.of([a], 2048, kv.block_table)
+    run = grown.run(3)
+    assert run.starts == [9, 10, 11] and run.token_ids == [2, 2, 2]
+    assert run.num_steps == [3, 3, 3] and run.finishing == [False] * 3
+    assert grown.after(run) is grown
+    short = DecodeRows.of([a, b], 10 + 2, kv.block_table)  # max_model_len 12: a has 12 - 8 - 2 = 2 tokens left
+    assert short is not None and short.stops == [9 + 2, 10 + 1]
+    run = short.run(4)
+    assert run.num_steps == [2, 1] and run.finishing == [True, True]
+    assert short.after(run.truncated(1)).requests == [a]  # b finished after its only step
+    c.spec_token_ids = [3]  # not a plain decode any more
+    assert DecodeRows.of([a, c], 2048, kv.block_table) is None
+    assert rows.extended([a, b, c], 2048, kv.block_table) is None

@@ -13,6 +13,7 @@ from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
 from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.policies.base import Policy, PolicyContext
+from forge.sched.decode_rows import DecodeRows
 from forge.sched.step_outputs import StepOutputs
 from forge.sched.step_rows import StepRows
 from forge.sched.waiting_queue import WaitingQueue
@@ -43,6 +44,8 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
+        # the running requests' decode columns since the last run; None once a step or abort touches one
+        self._decode_rows: DecodeRows | None = None
         self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
@@ -90,6 +93,7 @@ class Scheduler:
         """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
         was to compute its scheduled tokens raised, so its unwritten blocks leave the prefix cache
         (``KVCacheManager.discard``)."""
+        self._decode_rows = None
         request = self.waiting.remove(request_id)
         if request is None:
             request = self._remove_pending(request_id)
@@ -139,6 +143,7 @@ class Scheduler:
         if admitted and self.policy.prefill_only_steps:
             preempted: list[Request] = []
         else:
+            self._decode_rows = None
             budget, preempted = self._schedule_running(budget, step)
         if not preempted and not self.policy.waiting_first:
             budget = self._swap_in(budget, step)
@@ -164,6 +169,7 @@ class Scheduler:
             n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
             if not self.kv.swap_in(request, request.num_computed_tokens + n):
                 break
+            self._decode_rows = None
             self.swapped.pop(0)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
@@ -321,8 +327,10 @@ class Scheduler:
         plain decodes of every running request in order and only a length limit can end one: nothing
         waiting, swapped or to fork; every request plain greedy with no constraint, ignoring EOS, with
         no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
-        (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. No side effect:
-        ``start_decode_run`` commits it or a truncation of it (if the free blocks hold it)."""
+        (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. It changes no
+        request and no block: ``start_decode_run`` commits it or a truncation of it (if the free blocks
+        hold it). It keeps the rows' columns (``DecodeRows``) until a step or an abort touches a running
+        request, so the next plan reads only the requests admitted since."""
         running = self.running
         budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
         if not running or len(self.waiting) or self.swapped or self._forks or len(running) > budget:
@@ -330,26 +338,17 @@ class Scheduler:
         order = self.policy.running_order(running)
         if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):
             return None
-        status = RequestStatus.RUNNING
-        for r in running:
-            if (
-                r.status is not status
-                or not r.is_decoding
-                or r.constraint is not None
-                or not r.sampling_params.greedy_to_length
-            ):
-                return None
-        max_len = self.limits.max_model_len
-        left = [
-            min(r.sampling_params.max_tokens, max_len - len(r.prompt_token_ids)) - len(r.output_token_ids)
-            for r in running
-        ]
-        starts = [r.num_computed_tokens for r in running]
-        tokens = [r.output_token_ids[-1] for r in running]
-        tables = list(map(self.kv.block_table, [r.request_id for r in running]))
-        num_steps = [n if n < max_steps else max_steps for n in left]
-        finishing = [n <= max_steps for n in left]
-        run = DecodeRun(list(running), starts, tokens, tables, num_steps, finishing)
+        max_len, block_table = self.limits.max_model_len, self.kv.block_table
+        known = self._decode_rows
+        rows = (
+            DecodeRows.of(running, max_len, block_table)
+            if known is None
+            else known.extended(running, max_len, block_table)
+        )
+        self._decode_rows = rows  # (the rows of the running requests: a cache, not a change of state)
+        if rows is None:
+            return None
+        run = rows.run(max_steps)
         return run if self.kv.decode_run_fits(run) else None
 
     def start_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
@@ -366,6 +365,8 @@ class Scheduler:
         for request, sampled, n in zip(run.requests, tokens, run.num_steps, strict=True):
             request.output_token_ids += sampled
             request.num_computed_tokens += n
+        rows = self._decode_rows
+        self._decode_rows = rows.after(run) if rows is not None and rows.requests is run.requests else None
         finished = [run.requests[i] for i in run.finish_order]
         if finished:
             for request in finished:
