@@ -166,9 +166,8 @@ class PagedKVCache(KVCacheManager):
     def decode_run_fits(self, run: DecodeRun) -> bool:
         """Without prefix caching, shared or swapped blocks, the run's requests holding every block
         (whether the free pool holds what the run needs, ``reserve_decode_run`` tells)."""
-        return not (self.enable_prefix_caching or self.pool.num_shared or self._swapped) and len(self._blocks) == len(
-            run.requests
-        )
+        shared = self.enable_prefix_caching or self.pool.num_shared or self._swapped
+        return not shared and len(self._blocks) == len(run.requests)
 
     def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
         bs = self.block_size
