@@ -16,7 +16,7 @@ from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
 from forge.kvcache.paged import PagedKVCache
-from forge.sched.decode_rows import DecodeRows
+from forge.sched.running_decodes import RunningDecodes
 
 BASE = ["model=synthetic", "clock=simulated", "progress=false", "report=false"]
 POISSON = ["workload=poisson", "workload.num_requests=40", "workload.arrivals.rate=40", "workload.output_len.high=64"]
@@ -185,29 +185,29 @@ def test_truncation_keeps_the_rows_that_end_within_it() -> None:
     assert run.truncated(1).num_steps == [1, 1, 1] and run.truncated(1).finishing == [False, False, False]
 
 
-def test_decode_rows_extend_advance_and_refuse() -> None:
-    """``DecodeRows``: extended by the requests after its own (else read afresh), its finishing rows
+def test_running_decodes_extend_advance_and_refuse() -> None:
+    """``RunningDecodes``: extended by the requests after its own (else read afresh), its finishing rows
     gone after a run, and None when a request is not a plain greedy decode."""
     kv = PagedKVCache(64, 4)
     a, b, c = (decoding(kv, rid, 9 + i, 2) for i, rid in enumerate("abc"))  # 98 tokens left each
     for r in (a, b, c):
         r.status = RequestStatus.RUNNING
-    rows = DecodeRows.of([a, b], 2048, kv.block_table)
+    rows = RunningDecodes.of([a, b], 2048, kv.block_table)
     assert rows is not None and rows.stops == [9 + 98, 10 + 98]
     grown = rows.extended([a, b, c], 2048, kv.block_table)
-    assert grown == DecodeRows.of([a, b, c], 2048, kv.block_table) and grown is not None
+    assert grown == RunningDecodes.of([a, b, c], 2048, kv.block_table) and grown is not None
     assert grown.tables[0] is rows.tables[0]  # a and b's rows are not read again
-    assert rows.extended([b, a], 2048, kv.block_table) == DecodeRows.of([b, a], 2048, kv.block_table)
-    assert rows.extended([a], 2048, kv.block_table) == DecodeRows.of([a], 2048, kv.block_table)
+    assert rows.extended([b, a], 2048, kv.block_table) == RunningDecodes.of([b, a], 2048, kv.block_table)
+    assert rows.extended([a], 2048, kv.block_table) == RunningDecodes.of([a], 2048, kv.block_table)
     run = grown.run(3)
     assert run.starts == [9, 10, 11] and run.token_ids == [2, 2, 2]
     assert run.num_steps == [3, 3, 3] and run.finishing == [False] * 3
     assert grown.after(run) is grown
-    short = DecodeRows.of([a, b], 10 + 2, kv.block_table)  # max_model_len 12: a has 12 - 8 - 2 = 2 tokens left
+    short = RunningDecodes.of([a, b], 10 + 2, kv.block_table)  # max_model_len 12: a has 12 - 8 - 2 = 2 tokens left
     assert short is not None and short.stops == [9 + 2, 10 + 1]
     run = short.run(4)
     assert run.num_steps == [2, 1] and run.finishing == [True, True]
     assert short.after(run.truncated(1)).requests == [a]  # b finished after its only step
     c.spec_token_ids = [3]  # not a plain decode any more
-    assert DecodeRows.of([a, c], 2048, kv.block_table) is None
+    assert RunningDecodes.of([a, c], 2048, kv.block_table) is None
     assert rows.extended([a, b, c], 2048, kv.block_table) is None

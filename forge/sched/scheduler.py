@@ -13,7 +13,7 @@ from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
 from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.policies.base import Policy, PolicyContext
-from forge.sched.decode_rows import DecodeRows
+from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_outputs import StepOutputs
 from forge.sched.step_rows import StepRows
 from forge.sched.waiting_queue import WaitingQueue
@@ -45,7 +45,7 @@ class Scheduler:
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
         # the running requests' decode columns since the last run; None once a step or abort touches one
-        self._decode_rows: DecodeRows | None = None
+        self._running_decodes: RunningDecodes | None = None
         self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
@@ -93,7 +93,7 @@ class Scheduler:
         """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
         was to compute its scheduled tokens raised, so its unwritten blocks leave the prefix cache
         (``KVCacheManager.discard``)."""
-        self._decode_rows = None
+        self._running_decodes = None
         request = self.waiting.remove(request_id)
         if request is None:
             request = self._remove_pending(request_id)
@@ -143,7 +143,7 @@ class Scheduler:
         if admitted and self.policy.prefill_only_steps:
             preempted: list[Request] = []
         else:
-            self._decode_rows = None
+            self._running_decodes = None
             budget, preempted = self._schedule_running(budget, step)
         if not preempted and not self.policy.waiting_first:
             budget = self._swap_in(budget, step)
@@ -169,7 +169,7 @@ class Scheduler:
             n = min(request.num_tokens_with_spec - request.num_computed_tokens, budget)
             if not self.kv.swap_in(request, request.num_computed_tokens + n):
                 break
-            self._decode_rows = None
+            self._running_decodes = None
             self.swapped.pop(0)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
@@ -329,7 +329,7 @@ class Scheduler:
         no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
         (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. It changes no
         request and no block: ``start_decode_run`` commits it or a truncation of it (if the free blocks
-        hold it). It keeps the rows' columns (``DecodeRows``) until a step or an abort touches a running
+        hold it). It keeps the rows' columns (``RunningDecodes``) until a step or an abort touches a running
         request, so the next plan reads only the requests admitted since."""
         running = self.running
         budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
@@ -339,13 +339,13 @@ class Scheduler:
         if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):
             return None
         max_len, block_table = self.limits.max_model_len, self.kv.block_table
-        known = self._decode_rows
+        known = self._running_decodes
         rows = (
-            DecodeRows.of(running, max_len, block_table)
+            RunningDecodes.of(running, max_len, block_table)
             if known is None
             else known.extended(running, max_len, block_table)
         )
-        self._decode_rows = rows  # (the rows of the running requests: a cache, not a change of state)
+        self._running_decodes = rows  # (the rows of the running requests: a cache, not a change of state)
         if rows is None:
             return None
         run = rows.run(max_steps)
@@ -365,8 +365,8 @@ class Scheduler:
         for request, sampled, n in zip(run.requests, tokens, run.num_steps, strict=True):
             request.output_token_ids += sampled
             request.num_computed_tokens += n
-        rows = self._decode_rows
-        self._decode_rows = rows.after(run) if rows is not None and rows.requests is run.requests else None
+        rows = self._running_decodes
+        self._running_decodes = rows.after(run) if rows is not None and rows.requests is run.requests else None
         finished = [run.requests[i] for i in run.finish_order]
         if finished:
             for request in finished:

@@ -14,7 +14,7 @@ from forge.core.request import Request, RequestStatus
 
 
 @dataclass(frozen=True)
-class DecodeRows:
+class RunningDecodes:
     """Row i is ``requests[i]``, running and decoding (``Request.is_decoding``), plain greedy with no
     constraint, ending only at its length limit (EOS ignored, no stop tokens), with block table
     ``tables[i]`` (the KV cache's list); it ends once position ``stops[i]`` is computed (``stops[i] -
@@ -27,7 +27,7 @@ class DecodeRows:
     @classmethod
     def of(
         cls, requests: list[Request], max_model_len: int, block_table: Callable[[str], list[int]]
-    ) -> DecodeRows | None:
+    ) -> RunningDecodes | None:
         """The rows of ``requests``, or None if one is not such a decode."""
         status = RequestStatus.RUNNING
         stops: list[int] = []
@@ -42,19 +42,19 @@ class DecodeRows:
 
     def extended(
         self, running: list[Request], max_model_len: int, block_table: Callable[[str], list[int]]
-    ) -> DecodeRows | None:
+    ) -> RunningDecodes | None:
         """The rows of ``running``: these rows, when they are its first requests (the same objects, in
         order; the caller vouches that only decode runs advanced them since), plus ``of`` the rest;
         else ``of`` all of it."""
         k = len(self.requests)
         if k > len(running) or not all(map(is_, self.requests, running)):
-            return DecodeRows.of(running, max_model_len, block_table)
+            return RunningDecodes.of(running, max_model_len, block_table)
         if k == len(running):
             return self
-        new = DecodeRows.of(running[k:], max_model_len, block_table)
+        new = RunningDecodes.of(running[k:], max_model_len, block_table)
         if new is None:
             return None
-        return DecodeRows(self.requests + new.requests, self.tables + new.tables, self.stops + new.stops)
+        return RunningDecodes(self.requests + new.requests, self.tables + new.tables, self.stops + new.stops)
 
     def run(self, max_steps: int) -> DecodeRun:
         """The next steps of every row, at most ``max_steps``, as a ``DecodeRun`` (sharing these lists)."""
@@ -69,11 +69,11 @@ class DecodeRows:
             finishing = [n <= max_steps for n in left]
         return DecodeRun(requests, starts, tokens, self.tables, num_steps, finishing)
 
-    def after(self, run: DecodeRun) -> DecodeRows:
+    def after(self, run: DecodeRun) -> RunningDecodes:
         """The rows once ``run`` (one of ``run``'s, or a truncation of it) was taken: its finishing rows gone."""
         if not any(run.finishing):
             return self
         keep = [not f for f in run.finishing]
-        return DecodeRows(
+        return RunningDecodes(
             list(compress(self.requests, keep)), list(compress(self.tables, keep)), list(compress(self.stops, keep))
         )
