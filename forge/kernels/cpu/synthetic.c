@@ -82,15 +82,25 @@ PyObject *forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t num_slots,
             return NULL;
         }
         PyList_SET_ITEM(out, i, sampled);
+        /* the row's first context is read back through the table (positions < 0: -1); after each step it
+         * moves by one position: what reading back the slots would give, as no other row writes this
+         * row's blocks */
+        for (int64_t c = 0; c < order - 1; c++) {
+            int64_t q = start - order + 1 + c, at = q < 0 ? 0 : item(table, q / block_size) * block_size + q % block_size;
+            if (at < 0 || at >= num_slots) goto outside;
+            context[c] = q < 0 ? minus_one : int_hash(k[at]);
+        }
+        int64_t base = 0;
         for (int64_t p = start, j = 0; j < n; p++, j++) {
-            int64_t slot = item(table, p / block_size) * block_size + p % block_size;
-            if (slot < 0 || slot >= num_slots) goto outside;
-            k[slot] = v[slot] = token;
-            for (int64_t c = 0; c < order; c++) {
-                int64_t q = p - order + 1 + c, at = q < 0 ? 0 : item(table, q / block_size) * block_size + q % block_size;
-                if (at < 0 || at >= num_slots) goto outside;
-                context[c] = q < 0 ? minus_one : int_hash(k[at]);
+            if (j == 0 || p % block_size == 0) {
+                base = item(table, p / block_size) * block_size;
+                if (base < 0 || base + block_size > num_slots) goto outside;
             }
+            int64_t slot = base + p % block_size;
+            k[slot] = v[slot] = token;
+            if (j > 0)
+                for (int64_t c = 0; c < order - 1; c++) context[c] = context[c + 1];
+            context[order - 1] = int_hash(token);
             uint64_t gate = tuple_add(tuple_add(tuple_add(tuple_add(XXPRIME_5, seed_lane), minus_one),
                                                 int_hash(p)), context[order - 1]);
             uint64_t acc = tuple_add(XXPRIME_5, seed_lane);
