@@ -47,6 +47,32 @@ def test_prompt_chunk_writes_each_token_to_its_slot(native: bool, block_size: in
     assert logits.tokens == [model.next_token(context, end)]
 
 
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize(
+    ("order", "block_size", "seed"), [(1, 1, 0), (2, 4, 1), (3, 16, 0), (3, 16, -1), (5, 4, 2**40), (8, 16, 7)]
+)  # the chain tests' models
+def test_prompt_chunk_samples_after_its_last_token(native: bool, order: int, block_size: int, seed: int) -> None:
+    """The token sampled after a prompt chunk is ``next_token`` of the prompt's last ``order`` tokens
+    (-1 before the sequence) at its last position, for every chunk end in or across a block: the
+    context read in one piece where it lies in one block equals the one read token by token."""
+    num_blocks = 12
+    rng = random.Random(order * 31 + block_size)
+    prompt = [rng.randrange(32, 127) for _ in range(2 * block_size + order + 1)]
+    model = SyntheticModel(seed=seed, order=order, native=native)
+    for length in range(1, len(prompt) + 1):
+        for start in sorted({0, length - 1, length // 2}):
+            table = rng.sample(range(num_blocks), -(-length // block_size))
+            k = np.full((num_blocks, block_size, 1, 1), -7, dtype=np.int64)
+            v = np.full_like(k, -9)
+            if start:  # the chunk's earlier positions were written by an earlier step
+                earlier = ScheduledRequest("a", 0, start, prompt[:start], table, False)
+                model.forward_host(SchedulerOutput([earlier], start), block_size, [(k, v)])
+            row = ScheduledRequest("a", start, length - start, prompt[start:length], table, True)
+            logits = model.forward_host(SchedulerOutput([row], length - start), block_size, [(k, v)])
+            context = (-1,) * max(order - length, 0) + tuple(prompt[max(length - order, 0) : length])
+            assert logits.tokens == [model.next_token(context, length - 1)], (length, start)
+
+
 @pytest.mark.parametrize(("caching", "num_blocks", "most"), [(False, 24, 6), (True, 24, 6), (False, 1500, 90)])
 def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_blocks: int, most: int) -> None:
     """Blocks are handed out from the free list's head and freed ones join its tail in the order given,
