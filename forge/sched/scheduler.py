@@ -148,7 +148,7 @@ class Scheduler:
         return SchedulerOutput(
             step.rows,
             num_batched_tokens=total - budget,
-            preempted_ids=[r.request_id for r in preempted],
+            preempted_ids=[r.request_id for r in preempted] if preempted else [],
             num_waiting=len(self.waiting),
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
