@@ -1,7 +1,8 @@
 """The fast paths of a simulated run's prompt steps give exactly what the plain ones give: the synthetic
-model's block-wise prompt write (vs. a write slot by slot), the block pool's one-pass free and
-allocation (vs. a reference free list), and the workload's prompts drawn in one go (vs. one prompt
-after another, the generator left in the same state)."""
+model's block-wise prompt write (vs. a write slot by slot) and the token it samples after a chunk (vs.
+``next_token`` of the prompt's last tokens), the block pool's one-pass free and allocation (vs. a
+reference free list), the KV cache's first allocation of a request (vs. its general path), and the
+workload's prompts drawn in one go (vs. one prompt after another, the generator left in the same state)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import numpy as np
 import pytest
 
 from forge.core.outputs import ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.kvcache.block_pool import BlockPool
+from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.tokenizers.base import ByteTokenizer, Tokenizer
 from forge.workloads.synthetic import Fixed, Poisson, RequestSpec, SyntheticWorkload, Uniform
@@ -110,6 +114,39 @@ def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_bloc
     pool.free(block)
     with pytest.raises(AssertionError, match="freed twice"):
         pool.free(block)
+
+
+def test_first_allocation_without_caching_takes_the_blocks_the_general_path_takes() -> None:
+    """A request's first ``allocate_slots`` without prefix caching (its own fast path) leaves the tables,
+    the free blocks and the answer of the general path (a cache with prefix caching, whose distinct random
+    prompts never hit), through first chunks, later chunks, refusals (too few free blocks) and frees."""
+    rng = random.Random(5)
+    caches = [PagedKVCache(40, 4, enable_prefix_caching=caching) for caching in (False, True)]
+    held: list[Request] = []
+    for i in range(300):
+        if held and rng.random() < 0.35:
+            request = held.pop(rng.randrange(len(held)))
+            for kv in caches:
+                kv.free(request)
+        elif held and rng.random() < 0.3:  # a later chunk of a held request
+            request = rng.choice(held)
+            end = min(request.num_computed_tokens + rng.randint(1, 20), request.num_tokens)
+            assert len({kv.allocate_slots(request, end, end) for kv in caches}) == 1
+            request.num_computed_tokens = end
+        else:
+            prompt = [rng.randrange(32, 127) for _ in range(rng.randint(1, 60))]
+            request = Request(f"r{i}", prompt, SamplingParams(max_tokens=4))
+            end = rng.randint(1, len(prompt))  # the whole prompt or its first chunk
+            answers = {kv.allocate_slots(request, end, end) for kv in caches}
+            assert len(answers) == 1
+            if answers == {True}:
+                request.num_computed_tokens = end
+                held.append(request)
+            else:
+                for kv in caches:
+                    kv.free(request)
+        assert caches[0].holders() == caches[1].holders()
+        assert caches[0].num_free_blocks() == caches[1].num_free_blocks()
 
 
 class _Sequential(Tokenizer):
