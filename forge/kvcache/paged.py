@@ -317,6 +317,8 @@ class PagedKVCache(KVCacheManager):
         return len(self._cpu_free) + len(self._cpu_pending)
 
     def take_block_ops(self) -> BlockOps:
+        if not (self._swap_out or self._copies or self._swap_in or self._cpu_pending):  # (most steps)
+            return BlockOps([], [], [])
         ops = BlockOps(self._swap_out, self._copies, self._swap_in)
         self._swap_out, self._copies, self._swap_in = [], [], []
         self._cpu_free.extend(self._cpu_pending)
