@@ -1,7 +1,8 @@
 """The fast paths of a simulated run's prompt steps give exactly what the plain ones give: the synthetic
-model's block-wise prompt write (vs. a write slot by slot), the block pool's one-pass free and
-allocation (vs. a reference free list), and the workload's prompts drawn in one go (vs. one prompt
-after another, the generator left in the same state)."""
+model's block-wise prompt write (vs. a write slot by slot) and the token it samples after a chunk (vs.
+``next_token`` of the prompt's last tokens), the block pool's one-pass free and allocation (vs. a
+reference free list), the KV cache's first allocation of a request (vs. its general path), and the
+workload's prompts drawn in one go (vs. one prompt after another, the generator left in the same state)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import numpy as np
 import pytest
 
 from forge.core.outputs import ScheduledRequest, SchedulerOutput
+from forge.core.request import Request
+from forge.core.sampling_params import SamplingParams
 from forge.kvcache.block_pool import BlockPool
+from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.tokenizers.base import ByteTokenizer, Tokenizer
 from forge.workloads.synthetic import Fixed, Poisson, RequestSpec, SyntheticWorkload, Uniform
@@ -45,6 +49,32 @@ def test_prompt_chunk_writes_each_token_to_its_slot(native: bool, block_size: in
         int(expected_k[table[q // block_size] * block_size + q % block_size]) for q in range(end - 2, end + 1)
     )
     assert logits.tokens == [model.next_token(context, end)]
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize(
+    ("order", "block_size", "seed"), [(1, 1, 0), (2, 4, 1), (3, 16, 0), (3, 16, -1), (5, 4, 2**40), (8, 16, 7)]
+)  # the chain tests' models
+def test_prompt_chunk_samples_after_its_last_token(native: bool, order: int, block_size: int, seed: int) -> None:
+    """The token sampled after a prompt chunk is ``next_token`` of the prompt's last ``order`` tokens
+    (-1 before the sequence) at its last position, for every chunk end in or across a block: the
+    context read in one piece where it lies in one block equals the one read token by token."""
+    num_blocks = 12
+    rng = random.Random(order * 31 + block_size)
+    prompt = [rng.randrange(32, 127) for _ in range(2 * block_size + order + 1)]
+    model = SyntheticModel(seed=seed, order=order, native=native)
+    for length in range(1, len(prompt) + 1):
+        for start in sorted({0, length - 1, length // 2}):
+            table = rng.sample(range(num_blocks), -(-length // block_size))
+            k = np.full((num_blocks, block_size, 1, 1), -7, dtype=np.int64)
+            v = np.full_like(k, -9)
+            if start:  # the chunk's earlier positions were written by an earlier step
+                earlier = ScheduledRequest("a", 0, start, prompt[:start], table, False)
+                model.forward_host(SchedulerOutput([earlier], start), block_size, [(k, v)])
+            row = ScheduledRequest("a", start, length - start, prompt[start:length], table, True)
+            logits = model.forward_host(SchedulerOutput([row], length - start), block_size, [(k, v)])
+            context = (-1,) * max(order - length, 0) + tuple(prompt[max(length - order, 0) : length])
+            assert logits.tokens == [model.next_token(context, length - 1)], (length, start)
 
 
 @pytest.mark.parametrize(("caching", "num_blocks", "most"), [(False, 24, 6), (True, 24, 6), (False, 1500, 90)])
@@ -84,6 +114,39 @@ def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_bloc
     pool.free(block)
     with pytest.raises(AssertionError, match="freed twice"):
         pool.free(block)
+
+
+def test_first_allocation_without_caching_takes_the_blocks_the_general_path_takes() -> None:
+    """A request's first ``allocate_slots`` without prefix caching (its own fast path) leaves the tables,
+    the free blocks and the answer of the general path (a cache with prefix caching, whose distinct random
+    prompts never hit), through first chunks, later chunks, refusals (too few free blocks) and frees."""
+    rng = random.Random(5)
+    caches = [PagedKVCache(40, 4, enable_prefix_caching=caching) for caching in (False, True)]
+    held: list[Request] = []
+    for i in range(300):
+        if held and rng.random() < 0.35:
+            request = held.pop(rng.randrange(len(held)))
+            for kv in caches:
+                kv.free(request)
+        elif held and rng.random() < 0.3:  # a later chunk of a held request
+            request = rng.choice(held)
+            end = min(request.num_computed_tokens + rng.randint(1, 20), request.num_tokens)
+            assert len({kv.allocate_slots(request, end, end) for kv in caches}) == 1
+            request.num_computed_tokens = end
+        else:
+            prompt = [rng.randrange(32, 127) for _ in range(rng.randint(1, 60))]
+            request = Request(f"r{i}", prompt, SamplingParams(max_tokens=4))
+            end = rng.randint(1, len(prompt))  # the whole prompt or its first chunk
+            answers = {kv.allocate_slots(request, end, end) for kv in caches}
+            assert len(answers) == 1
+            if answers == {True}:
+                request.num_computed_tokens = end
+                held.append(request)
+            else:
+                for kv in caches:
+                    kv.free(request)
+        assert caches[0].holders() == caches[1].holders()
+        assert caches[0].num_free_blocks() == caches[1].num_free_blocks()
 
 
 class _Sequential(Tokenizer):

@@ -97,3 +97,13 @@ def test_a_chunk_outside_the_cache_or_its_table_is_refused() -> None:
         chain.write_tokens(kv, 16, 0, [40], [4])
     with pytest.raises(ValueError, match="outside its block table"):
         chain.write_tokens(kv, 16, 15, [40, 41], [0])
+
+
+def test_a_chunk_token_that_is_no_int64_is_refused_and_minus_one_is_written() -> None:
+    cache = array("q", bytes(8 * 64))
+    kv = (cache.buffer_info()[0], cache.buffer_info()[0], 64)
+    assert chain.write_tokens(kv, 16, 0, [40, -1], [0]) and cache[:2].tolist() == [40, -1]
+    with pytest.raises(TypeError):
+        chain.write_tokens(kv, 16, 0, [40, "x"], [0])  # type: ignore[list-item]
+    with pytest.raises(OverflowError):
+        chain.write_tokens(kv, 16, 0, [40, 2**70], [0])

@@ -107,12 +107,13 @@ class Request:
         )
 
     def token_ids(self, start: int, end: int) -> list[int]:
-        """Tokens at positions [start, end) of prompt + output + drafts."""
+        """Tokens at positions [start, end) of prompt + output + drafts, to read: the whole prompt is
+        ``prompt_token_ids`` itself (shared, as in ``RequestOutput``), any other range a new list."""
         n_prompt = len(self.prompt_token_ids)
         if end == start + 1 and start >= n_prompt and not self.spec_token_ids:  # the decode fast path
             return [self.output_token_ids[start - n_prompt]]
         if end <= n_prompt:  # within the prompt (a prompt chunk)
-            return self.prompt_token_ids[start:end]
+            return self.prompt_token_ids if start == 0 and end == n_prompt else self.prompt_token_ids[start:end]
         out: list[int] = []
         if start < n_prompt:
             out.extend(self.prompt_token_ids[start : min(end, n_prompt)])

@@ -120,10 +120,12 @@ class PagedKVCache(KVCacheManager):
         ):
             return True  # within the blocks it holds, none shared, nothing to cache (most decodes): a no-op
         blocks = self._blocks.get(rid)
+        bs = self.block_size
         if blocks is None:
+            if not self.enable_prefix_caching:  # nothing held, nothing to cache (a prompt's first chunk)
+                return self._allocate_first(rid, (num_tokens + bs - 1) // bs)
             blocks = self._blocks[rid] = []
             self._tables[rid] = []
-        bs = self.block_size
         need = (num_tokens + bs - 1) // bs - len(blocks)
         # Copy-on-write: the first position written this step lies in a block others hold too.
         cow = False
@@ -150,6 +152,14 @@ class PagedKVCache(KVCacheManager):
                     self.pool.cache(blocks[i], hashes[i])
                 self._num_offered[rid] = max(n_full, offered)
         return True
+
+    def _allocate_first(self, rid: str, need: int) -> bool:
+        """``allocate_slots``'s first allocation of ``need`` blocks for a request holding none, without
+        prefix caching (no copy-on-write, nothing to offer): the blocks as the pool hands them out."""
+        new = self.pool.allocate(need)
+        self._blocks[rid] = new if new is not None else []
+        self._tables[rid] = [b.block_id for b in new] if new is not None else []
+        return new is not None
 
     def decode_slot(self, request: Request) -> list[int] | None:
         table = self._tables.get(request.request_id)
@@ -306,6 +316,8 @@ class PagedKVCache(KVCacheManager):
         return len(self._cpu_free) + len(self._cpu_pending)
 
     def take_block_ops(self) -> BlockOps:
+        if not (self._swap_out or self._copies or self._swap_in or self._cpu_pending):  # (most steps)
+            return BlockOps([], [], [])
         ops = BlockOps(self._swap_out, self._copies, self._swap_in)
         self._swap_out, self._copies, self._swap_in = [], [], []
         self._cpu_free.extend(self._cpu_pending)

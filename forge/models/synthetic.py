@@ -173,8 +173,17 @@ class SyntheticModel(Model):
             if s.sample:
                 end = s.start + s.num_tokens
                 for pos in range(end - 1 - s.num_draft_tokens, end):
-                    tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
+                    tokens.append(self._token_after(k, table, bs, pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
+
+    def _token_after(self, k: memoryview, table: list[int], bs: int, pos: int) -> int:
+        """``next_token(self._context(k, table, bs, pos), pos)``: the context read in one unpack where
+        it lies within one block (a prompt chunk's sampled token, once per prompt)."""
+        back = self.order - 1
+        off = pos % bs
+        if off < back:  # the context spans blocks (or starts before the sequence)
+            return self.next_token(self._context(k, table, bs, pos), pos)
+        return self.next_token(self._unpack_context(k, 8 * (table[pos // bs] * bs + off - back)), pos)
 
     def _host_views(self, layer: HostKVLayer | KVLayer) -> HostViews:
         """Views sharing the host cache's memory (numpy arrays, or CPU tensors), each slot one int64

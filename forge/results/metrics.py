@@ -86,14 +86,14 @@ class MetricsRecorder:
         kv: KVUsage,
         num_running: int,
     ) -> None:
-        timelines = self.requests
-        if self._unscheduled:
-            pending = self._unscheduled
-            ids = itertools.chain(sched.decodes.request_ids, [s.request_id for s in sched.chunks])
-            for rid in list(filter(pending.__contains__, ids)):
+        timelines, pending = self.requests, self._unscheduled  # pending: arrived, not yet scheduled
+        if pending and sched.decodes.request_ids:
+            for rid in list(filter(pending.__contains__, sched.decodes.request_ids)):
                 pending.pop(rid).first_scheduled_time = start
         prefill = drafts = accepted = 0
         for c in sched.chunks:  # the decodes compute one output token each: no prompt, no drafts
+            if c.request_id in pending:
+                pending.pop(c.request_id).first_scheduled_time = start
             n_prompt = timelines[c.request_id].num_prompt_tokens
             if c.start < n_prompt:
                 prefill += min(c.start + c.num_tokens, n_prompt) - c.start
@@ -125,27 +125,27 @@ class MetricsRecorder:
                 tl.finish_time = end
                 tl.finish_reason = out.finish_reason
                 tl.num_preemptions = requests[out.request_id].num_preemptions
-        self.steps.append(
+        self.steps.append(  # positional (StepRecord's field order): a keyword call costs three times as much
             StepRecord(
-                step=len(self.steps),
-                start_time=start,
-                end_time=end,
-                num_seqs=sched.num_rows,
-                num_tokens=sched.num_batched_tokens,
-                num_prefill_tokens=prefill,
-                num_decode_tokens=decode,
-                num_draft_tokens=drafts,
-                num_accepted_tokens=accepted,
-                num_waiting=sched.num_waiting,
-                num_running=num_running,
-                num_preempted=len(sched.preempted_ids),
-                kv_usage=kv.used_fraction,
-                kv_token_slots=kv.token_slots,
-                kv_reserved_slots=kv.reserved_slots,
-                kv_internal_frag_slots=kv.internal_frag_slots,
-                kv_external_frag_slots=kv.external_frag_slots,
-                kv_free_slots=kv.free_slots,
-                kv_total_slots=kv.total_slots,
+                len(self.steps),
+                start,
+                end,
+                sched.num_rows,
+                sched.num_batched_tokens,
+                prefill,
+                decode,
+                drafts,
+                accepted,
+                sched.num_waiting,
+                num_running,
+                len(sched.preempted_ids),
+                kv.used_fraction,
+                kv.token_slots,
+                kv.reserved_slots,
+                kv.internal_frag_slots,
+                kv.external_frag_slots,
+                kv.free_slots,
+                kv.total_slots,
             )
         )
 

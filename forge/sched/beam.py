@@ -111,7 +111,9 @@ class BeamSearches:
 
     def owns(self, request_id: str) -> bool:
         """``request_id`` is a search's (one of its result ids) or one of its beams'."""
-        return request_id in self._owner or request_id.split("#", 1)[0] in self._searches
+        if request_id in self._owner:
+            return True
+        return bool(self._searches) and request_id.split("#", 1)[0] in self._searches
 
     def start(self, template: Request) -> Request:
         """Start the search ``template.beam_search`` describes; returns its first beam, added to the

@@ -21,6 +21,8 @@ def output_ids(request: Request) -> list[str]:
     beam search (``request.beam_search``) its ``beam_width`` results, best first (ids as
     ``sibling_ids``)."""
     n = request.beam_search.beam_width if request.beam_search is not None else request.sampling_params.n
+    if n == 1:  # (most requests)
+        return [request.request_id]
     return [request.request_id] + [f"{request.request_id}#{i}" for i in range(1, n)]
 
 
@@ -28,6 +30,8 @@ def fan_out(request: Request) -> list[Request]:
     """The n - 1 children of ``request``: the same prompt, arrival, priority and expected length;
     ``n = 1`` and, when the parent has a seed, seeds ``seed + i`` so samples differ."""
     params = request.sampling_params
+    if params.n == 1:  # (most requests)
+        return []
     children = []
     for i, rid in enumerate(sibling_ids(request)[1:], start=1):
         seed = None if params.seed is None else params.seed + i

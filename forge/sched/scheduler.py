@@ -153,7 +153,7 @@ class Scheduler:
         return SchedulerOutput(
             step.rows,
             num_batched_tokens=total - budget,
-            preempted_ids=[r.request_id for r in preempted],
+            preempted_ids=[r.request_id for r in preempted] if preempted else [],
             num_waiting=len(self.waiting),
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
@@ -248,11 +248,12 @@ class Scheduler:
                 # a request asking for prompt logprobs or an embedding computes its whole prompt: no
                 # prefix-cache hit (the cached positions' logits or hidden states would be missing)
                 request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
-            gap = request.num_tokens_with_spec - request.num_computed_tokens
+            known = request.num_tokens
+            gap = known + len(request.spec_token_ids) - request.num_computed_tokens  # num_tokens_with_spec - computed
             if gap > budget and not self.limits.enable_chunked_prefill:
                 break
-            n = min(gap, budget)
-            if not self._allocate(request, n, request.num_tokens) or self.kv.num_free_blocks() < reserve:
+            n = gap if gap < budget else budget
+            if not self._allocate(request, n, known) or (reserve and self.kv.num_free_blocks() < reserve):
                 if not self.running and step.is_empty:
                     raise RuntimeError(
                         f"request {request.request_id} ({request.num_tokens} tokens) does not fit in an empty "
@@ -264,7 +265,7 @@ class Scheduler:
             self.waiting.pop()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            step.add_chunk(self._scheduled(request, n, request.num_tokens), request)
+            step.add_chunk(self._scheduled(request, n, known), request)
             budget -= n
         return budget
 
@@ -381,9 +382,11 @@ class Scheduler:
         accepted (``_accept``), the plain decodes' (column-wise) first; free those that finished.
         A row whose request stopped running since ``schedule`` (aborted) is skipped."""
         decoded, tokens = sched.decodes.requests, out.decode_tokens(sched.decodes)
-        finished, skipped = self._accept_decodes(decoded, tokens, eos_token_ids)
-        if skipped:
-            decoded, tokens = _without(skipped, decoded, tokens)
+        finished: list[Request] = []
+        if decoded:
+            finished, skipped = self._accept_decodes(decoded, tokens, eos_token_ids)
+            if skipped:
+                decoded, tokens = _without(skipped, decoded, tokens)
         others, finished_others = self._update_chunks(sched, out, eos_token_ids)
         stopped = finished + finished_others
         if stopped:

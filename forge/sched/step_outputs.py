@@ -74,8 +74,10 @@ class StepOutputs(Sequence[RequestOutput]):
         if self._outputs is not None:
             return [o for o in self._outputs if o.finished]
         # A finished request appends nothing more: its last token is the one this step appended.
-        decodes = [self._decode_output(r, r.output_token_ids[-1], True) for r in self.finished_decodes]
-        return decodes + [o for o in self.others if o.finished]
+        others = [o for o in self.others if o.finished]
+        if not self.finished_decodes:
+            return others
+        return [self._decode_output(r, r.output_token_ids[-1], True) for r in self.finished_decodes] + others
 
     def __len__(self) -> int:
         return len(self.decoded) + len(self.others)

@@ -54,6 +54,8 @@ class StepRows:
     def decodes(self) -> DecodeRows:
         """The column-wise decodes, read from their requests (call before any of them changes)."""
         requests = self.decode_requests
+        if not requests:  # a step of chunks only (e.g. a prefill-only step)
+            return DecodeRows([], [], [], self.decode_tables, requests, self.decode_group_tables)
         return DecodeRows(
             [r.request_id for r in requests],
             [r.num_computed_tokens for r in requests],

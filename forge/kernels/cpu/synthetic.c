@@ -149,7 +149,7 @@ PyObject *forge_synthetic_write(int64_t *k, int64_t *v, int64_t num_slots, int64
         }
         for (; off < block_size && i < n; off++, i++) {
             int64_t token = item(tokens, i);
-            if (PyErr_Occurred()) return NULL;
+            if (token == -1 && PyErr_Occurred()) return NULL;  /* -1: maybe no int64 (PyLong_AsLongLong) */
             k[base + off] = v[base + off] = token;
         }
     }
