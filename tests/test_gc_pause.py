@@ -43,3 +43,16 @@ def test_objects_are_aged_not_frozen_and_cycles_still_collected() -> None:
     del a, b
     gc.collect()
     assert ref() is None  # the cycle made inside the block is collected
+
+
+def test_a_callers_frozen_objects_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with rare_gc():
+            pass
+        age_all()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -89,6 +89,14 @@ def test_a_block_outside_the_cache_is_refused() -> None:
         chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([14], [40], [3], [[0]]))
 
 
+def test_a_row_of_no_steps_reads_and_writes_nothing() -> None:
+    cache = array("q", bytes(8 * 64))
+    kv = (cache.buffer_info()[0], cache.buffer_info()[0], 64)
+    for start in (0, 40, 1600, 10**6):  # positions far outside the one-block table: nothing is read
+        assert chain.decode_rows(kv, 16, 3, 0, 0, 32, 95, ([start], [40], [0], [[0]])) == [[]]
+    assert not any(cache)
+
+
 def test_a_chunk_outside_the_cache_or_its_table_is_refused() -> None:
     cache = array("q", bytes(8 * 64))
     kv = (cache.buffer_info()[0], cache.buffer_info()[0], 64)

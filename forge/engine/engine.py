@@ -7,7 +7,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from forge.core.decode_run import DecodeRun
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
@@ -33,18 +33,25 @@ log = logging.getLogger("forge.engine.engine")
 MAX_RUN_STEPS = 256  # the most steps one ``DecodeRun`` takes
 
 
+class _Progress(Protocol):
+    def update(self, n: int) -> object: ...
+
+
 class _NoBar:
+    """A progress bar that shows nothing."""
+
     def update(self, n: int) -> None:
         pass
 
 
-def _progress_bar(total: int, enabled: bool) -> AbstractContextManager[Any]:
+def _progress_bar(total: int, enabled: bool) -> AbstractContextManager[_Progress]:
     """A tqdm bar over ``total`` requests, or (tqdm not even imported) one that shows nothing."""
     if not enabled:
         return nullcontext(_NoBar())
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="req", desc="forge")
+    bar: AbstractContextManager[_Progress] = tqdm(total=total, unit="req", desc="forge")
+    return bar
 
 
 class EngineDeadError(RuntimeError):

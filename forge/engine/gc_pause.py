@@ -29,6 +29,11 @@ def age_all() -> None:
     """Move every object the collector tracks to its oldest generation without a pass over them
     (``gc.freeze`` then ``gc.unfreeze``), so the young-generation passes after it do not scan them:
     what a block of code left alive (a run's records, a workload's prompts) is not rescanned by the
-    next few thousand allocations' collections. The oldest generation is still collected as before."""
+    next few thousand allocations' collections. The oldest generation is still collected, though less
+    often (aged objects do not count towards the pending objects that trigger a full collection).
+    Nothing is done while the process holds frozen objects of its own (``gc.freeze``, e.g. before a
+    fork): ``unfreeze`` would release them too."""
+    if gc.get_freeze_count():
+        return
     gc.freeze()
     gc.unfreeze()

@@ -35,7 +35,12 @@ class RequestTimeline:
     num_preemptions: int = 0
 
 
-SUMMARY_STEP_COLUMNS = {"step": np.int64, "num_preempted": np.int64, "kv_usage": np.float64, "num_seqs": np.int64}
+SUMMARY_STEP_COLUMNS = (
+    ("step", np.int64),
+    ("num_preempted", np.int64),
+    ("kv_usage", np.float64),
+    ("num_seqs", np.int64),
+)
 """The step columns ``summarize`` reads, with their dtypes as in ``steps_frame``."""
 
 
@@ -195,7 +200,7 @@ class MetricsRecorder:
         records = self.steps
         steps = {
             name: np.fromiter(map(attrgetter(name), records), dtype=dtype, count=len(records))
-            for name, dtype in SUMMARY_STEP_COLUMNS.items()
+            for name, dtype in SUMMARY_STEP_COLUMNS
         }
         return summarize(self.request_columns(), steps, counters)
 

@@ -44,7 +44,7 @@ class Scheduler:
         self.swapped: list[Request] = []  # preempted by swap, served before waiting requests
         self._forks: dict[str, list[Request]] = {}  # parent id -> children forked once its prompt is computed
         self.num_preemptions = 0
-        # the running requests' decode columns since the last run; None once a step or abort touches one
+        # the running requests' decode rows since the last run; None once a step schedules one, a swap-in or an abort
         self._running_decodes: RunningDecodes | None = None
         self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))

@@ -1,5 +1,6 @@
 /* The synthetic model's decode chain (forge.models.synthetic): per row, write each token's KV slot,
- * read the last `order` tokens back through the block table and take the next token from Python's
+ * take the last `order` tokens (read back through the block table at the row's first position, then
+ * moved along as the row writes) and take the next token from Python's
  * own hash of the tuple (seed, [position,] context...) - CPython's tuple hash (xxHash lanes, as in
  * Objects/tupleobject.c) over int hashes (x mod 2^61 - 1, keeping the sign; -1 hashes to -2), so the
  * tokens are those `SyntheticModel.next_token` gives, bit for bit (forge.kernels.cpu.synthetic checks
@@ -82,9 +83,10 @@ PyObject *forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t num_slots,
             return NULL;
         }
         PyList_SET_ITEM(out, i, sampled);
+        if (n <= 0) continue;  /* nothing to decode: no slot is read (the table check above assumed a step) */
         /* the row's first context is read back through the table (positions < 0: -1); after each step it
-         * moves by one position: what reading back the slots would give, as no other row writes this
-         * row's blocks */
+         * moves by one position: what reading back the slots would give, as the row's own writes land on
+         * its later positions only, never on the slots of the positions its context holds */
         for (int64_t c = 0; c < order - 1; c++) {
             int64_t q = start - order + 1 + c, at = q < 0 ? 0 : item(table, q / block_size) * block_size + q % block_size;
             if (at < 0 || at >= num_slots) goto outside;
