@@ -13,12 +13,11 @@ medians; writes nothing."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmarks.poisson10k_cpu import run_child
 
 PARTS = ("decode_step_ends", "step_finished", "on_decode_run")
 CHILD = """
@@ -54,12 +53,7 @@ print(json.dumps({"run": time.process_time() - t, **spent, "load": os.getloadavg
 
 
 def run_once(tree: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
-    )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(tree, CHILD, {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -72,9 +72,13 @@ def child_env(tree: Path, bytecode: str) -> dict[str, str]:
 
 
 def run_once(tree: Path, bytecode: str) -> dict[str, float]:
-    env = child_env(tree, bytecode)
+    return run_child(tree, CHILD, child_env(tree, bytecode))
+
+
+def run_child(tree: Path, code: str, env: dict[str, str]) -> dict[str, float]:
+    """Run ``code`` in a fresh Python process in ``tree`` with ``env``; the JSON object its last line prints."""
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
+        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
     )
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

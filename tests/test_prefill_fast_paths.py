@@ -1,7 +1,7 @@
 """The fast paths of a simulated run's prompt steps give exactly what the plain ones give: the synthetic
 model's block-wise prompt write (vs. a write slot by slot) and the token it samples after a chunk (vs.
 ``next_token`` of the prompt's last tokens), the block pool's one-pass free and allocation (vs. a
-reference free list), the KV cache's first allocation of a request (vs. its general path), and the
+reference free list), the KV cache's first allocation of a request without prefix caching (vs. one with), and the
 workload's prompts drawn in one go (vs. one prompt after another, the generator left in the same state)."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_block_pool_frees_and_allocates_like_a_free_list(caching: bool, num_bloc
 
 
 def test_first_allocation_without_caching_takes_the_blocks_the_general_path_takes() -> None:
-    """A request's first ``allocate_slots`` without prefix caching (its own fast path) leaves the tables,
+    """A request's first ``allocate_slots`` without prefix caching leaves the tables,
     the free blocks and the answer of the general path (a cache with prefix caching, whose distinct random
     prompts never hit), through first chunks, later chunks, refusals (too few free blocks) and frees."""
     rng = random.Random(5)

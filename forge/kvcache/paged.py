@@ -122,8 +122,6 @@ class PagedKVCache(KVCacheManager):
         blocks = self._blocks.get(rid)
         bs = self.block_size
         if blocks is None:
-            if not self.enable_prefix_caching:  # nothing held, nothing to cache (a prompt's first chunk)
-                return self._allocate_first(rid, (num_tokens + bs - 1) // bs)
             blocks = self._blocks[rid] = []
             self._tables[rid] = []
         need = (num_tokens + bs - 1) // bs - len(blocks)
@@ -152,14 +150,6 @@ class PagedKVCache(KVCacheManager):
                     self.pool.cache(blocks[i], hashes[i])
                 self._num_offered[rid] = max(n_full, offered)
         return True
-
-    def _allocate_first(self, rid: str, need: int) -> bool:
-        """``allocate_slots``'s first allocation of ``need`` blocks for a request holding none, without
-        prefix caching (no copy-on-write, nothing to offer): the blocks as the pool hands them out."""
-        new = self.pool.allocate(need)
-        self._blocks[rid] = new if new is not None else []
-        self._tables[rid] = [b.block_id for b in new] if new is not None else []
-        return new is not None
 
     def decode_slot(self, request: Request) -> list[int] | None:
         table = self._tables.get(request.request_id)

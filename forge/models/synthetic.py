@@ -173,17 +173,8 @@ class SyntheticModel(Model):
             if s.sample:
                 end = s.start + s.num_tokens
                 for pos in range(end - 1 - s.num_draft_tokens, end):
-                    tokens.append(self._token_after(k, table, bs, pos))
+                    tokens.append(self.next_token(self._context(k, table, bs, pos), pos))
         return OneHotLogits(tokens, self.peak, self.vocab_size, self.device)
-
-    def _token_after(self, k: memoryview, table: list[int], bs: int, pos: int) -> int:
-        """``next_token(self._context(k, table, bs, pos), pos)``: the context read in one unpack where
-        it lies within one block (a prompt chunk's sampled token, once per prompt)."""
-        back = self.order - 1
-        off = pos % bs
-        if off < back:  # the context spans blocks (or starts before the sequence)
-            return self.next_token(self._context(k, table, bs, pos), pos)
-        return self.next_token(self._unpack_context(k, 8 * (table[pos // bs] * bs + off - back)), pos)
 
     def _host_views(self, layer: HostKVLayer | KVLayer) -> HostViews:
         """Views sharing the host cache's memory (numpy arrays, or CPU tensors), each slot one int64
@@ -250,7 +241,11 @@ class SyntheticModel(Model):
 
     def _context(self, k: memoryview, table: list[int], bs: int, pos: int) -> tuple[int, ...]:
         """The ``order`` tokens ending at ``pos`` (-1 before the sequence), read from the cache's host view."""
-        first = pos - self.order + 1
+        back = self.order - 1
+        off = pos % bs
+        if off >= back:  # within one block: one unpack
+            return self._unpack_context(k, 8 * (table[pos // bs] * bs + off - back))
+        first = pos - back
         ctx = tuple([k[table[q // bs] * bs + q % bs] for q in range(max(first, 0), pos + 1)])
         return (-1,) * -first + ctx if first < 0 else ctx
 

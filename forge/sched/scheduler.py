@@ -153,7 +153,7 @@ class Scheduler:
         return SchedulerOutput(
             step.rows,
             num_batched_tokens=total - budget,
-            preempted_ids=[r.request_id for r in preempted] if preempted else [],
+            preempted_ids=[r.request_id for r in preempted],
             num_waiting=len(self.waiting),
             swap_out=ops.swap_out,
             copy_blocks=ops.copy_blocks,
@@ -249,10 +249,10 @@ class Scheduler:
                 # prefix-cache hit (the cached positions' logits or hidden states would be missing)
                 request.num_computed_tokens = request.num_cached_tokens = self.kv.match_prefix(request)
             known = request.num_tokens
-            gap = known + len(request.spec_token_ids) - request.num_computed_tokens  # num_tokens_with_spec - computed
+            gap = request.num_tokens_with_spec - request.num_computed_tokens
             if gap > budget and not self.limits.enable_chunked_prefill:
                 break
-            n = gap if gap < budget else budget
+            n = min(gap, budget)
             if not self._allocate(request, n, known) or (reserve and self.kv.num_free_blocks() < reserve):
                 if not self.running and step.is_empty:
                     raise RuntimeError(

@@ -89,14 +89,14 @@ PyObject *forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t num_slots,
          * its later positions only, never on the slots of the positions its context holds */
         for (int64_t c = 0; c < order - 1; c++) {
             int64_t q = start - order + 1 + c, at = q < 0 ? 0 : item(table, q / block_size) * block_size + q % block_size;
-            if (at < 0 || at >= num_slots) goto outside;
+            if (PyErr_Occurred() || at < 0 || at >= num_slots) goto outside;  /* a block id overflowed, or outside */
             context[c] = q < 0 ? minus_one : int_hash(k[at]);
         }
         int64_t base = 0;
         for (int64_t p = start, j = 0; j < n; p++, j++) {
             if (j == 0 || p % block_size == 0) {
                 base = item(table, p / block_size) * block_size;
-                if (base < 0 || base + block_size > num_slots) goto outside;
+                if (PyErr_Occurred() || base < 0 || base + block_size > num_slots) goto outside;
             }
             int64_t slot = base + p % block_size;
             k[slot] = v[slot] = token;
@@ -113,7 +113,7 @@ PyObject *forge_synthetic_decode_rows(int64_t *k, int64_t *v, int64_t num_slots,
             }
             for (int64_t c = 0; c < order; c++) acc = tuple_add(acc, context[c]);
             token = first + floor_mod(tuple_end(acc, len), span);
-            PyObject *value = PyErr_Occurred() ? NULL : PyLong_FromLongLong(token);  /* a block id overflowed */
+            PyObject *value = PyLong_FromLongLong(token);
             if (value == NULL) {
                 Py_DECREF(out);
                 return NULL;
