@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,56 @@ def test_trace_workload_runs_end_to_end(tmp_path) -> None:
     engine = build_engine(cfg)
     finals = engine.run(workload_requests(cfg, engine))
     assert sorted(len(o.token_ids) for o in finals.values()) == [4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "workload.arrivals.rate=nan",
+        "workload.arrivals.rate=inf",
+        "workload.arrivals.rate=-1",
+    ],
+)
+def test_a_rate_that_is_no_finite_positive_number_is_a_config_error(override: str) -> None:
+    from forge.config import ConfigError
+    from forge.engine.build import build_engine, workload_requests
+
+    cfg = compose_config(["workload=poisson", "model=synthetic", "clock=simulated", override])
+    with pytest.raises(ConfigError, match="workload.arrivals.rate must be a finite number > 0"):
+        workload_requests(cfg, build_engine(cfg))
+
+
+def test_nan_burstiness_and_sigma_are_refused() -> None:
+    from forge.workloads.synthetic import Gamma
+    from forge.workloads.vidur_arrivals import VidurPoisson
+
+    for bad in (lambda: Gamma(1.0, float("nan")), lambda: Gamma(float("nan")), lambda: VidurPoisson(float("nan"))):
+        with pytest.raises(ValueError, match="finite"):
+            bad()
+    with pytest.raises(ValueError, match="sigma"):
+        LogNormal(mean=100.0, sigma=float("nan"))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["workload=poisson", "workload.input_len.high=99999999999"],
+        ["workload=shared_prefix", "workload.prefix_len=4000"],
+    ],
+)
+def test_a_prompt_longer_than_the_engine_takes_is_refused_before_it_is_drawn(overrides: list[str]) -> None:
+    """A prompt the engine can never run (longer than max_model_len - 1) is a config error naming the
+    request, raised before its tokens are drawn (a huge length would otherwise take the memory)."""
+    from forge.config import ConfigError
+    from forge.engine.build import build_engine, workload_requests
+
+    cfg = compose_config([*overrides, "model=synthetic", "clock=simulated", "engine.max_model_len=2048"])
+    with pytest.raises(ConfigError, match="longer than the 2047 the engine takes"):
+        workload_requests(cfg, build_engine(cfg))
+
+
+def test_a_trace_row_longer_than_the_engine_takes_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps({"arrival_time": 0.0, "output_len": 4, "input_len": 10**12}) + "\n")
+    with pytest.raises(ValueError, match="row 1 .*longer than the 100"):
+        TraceWorkload(str(path)).requests(ByteTokenizer(), max_prompt_len=100)

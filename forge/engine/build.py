@@ -236,8 +236,13 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
     kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
     kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
     params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
+    max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
     with rare_gc():  # thousands of prompts: no GC passes over them while they are built
-        return [_request(spec, kwargs, params) for spec in workload.requests(engine.tokenizer)]
+        try:
+            specs = workload.requests(engine.tokenizer, max_prompt_len)
+        except ValueError as e:  # the workload is config: a bad trace row, a prompt that can never run
+            raise ConfigError(f"workload: {e}") from e
+        return [_request(spec, kwargs, params) for spec in specs]
 
 
 def _request(spec: RequestSpec, kwargs: dict[str, Any], params: dict[int, SamplingParams]) -> Request:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from forge.tokenizers.base import Tokenizer
-from forge.workloads.synthetic import Arrivals, LengthDist, RequestSpec, Workload
+from forge.workloads.synthetic import Arrivals, LengthDist, RequestSpec, Workload, check_prompt_len
 
 
 class SharedPrefixWorkload(Workload):
@@ -42,8 +42,9 @@ class SharedPrefixWorkload(Workload):
         self.num_priorities = num_priorities
         self.ignore_eos = ignore_eos
 
-    def requests(self, tokenizer: Tokenizer) -> list[RequestSpec]:
+    def requests(self, tokenizer: Tokenizer, max_prompt_len: int | None = None) -> list[RequestSpec]:
         rng = random.Random(self.seed)
+        check_prompt_len("every request", self.prefix_len, max_prompt_len)
         prefixes = [tokenizer.random_token_ids(self.prefix_len, rng) for _ in range(self.num_prefixes)]
         weights = [1.0 / (i + 1) ** self.zipf for i in range(self.num_prefixes)]
         gaps = self.arrivals.stream(rng)
@@ -52,7 +53,9 @@ class SharedPrefixWorkload(Workload):
         for i in range(self.num_requests):
             t += self.arrivals.gap(gaps)
             k = rng.choices(range(self.num_prefixes), weights)[0]
-            suffix = tokenizer.random_token_ids(self.suffix_len.sample(rng), rng)
+            n_suffix = self.suffix_len.sample(rng)
+            check_prompt_len(f"req-{i:06d}", self.prefix_len + n_suffix, max_prompt_len)
+            suffix = tokenizer.random_token_ids(n_suffix, rng)
             specs.append(
                 RequestSpec(
                     request_id=f"req-{i:06d}",

@@ -79,8 +79,8 @@ class LogNormal(LengthDist):
             raise ValueError(f"workload lognormal lengths need 1 <= low < high, got {self.low}..{self.high}")
         if not self.low < self.mean < self.high:
             raise ValueError(f"workload lognormal mean must lie in ({self.low}, {self.high}), got {self.mean}")
-        if self.sigma <= 0:
-            raise ValueError(f"workload lognormal sigma must be > 0, got {self.sigma}")
+        if not (math.isfinite(self.sigma) and self.sigma > 0):
+            raise ValueError(f"workload lognormal sigma must be a finite number > 0, got {self.sigma}")
         lo, hi = math.log(self.low) - 10 * self.sigma, math.log(self.high) + 10 * self.sigma
         for _ in range(200):
             mid = (lo + hi) / 2
@@ -120,8 +120,8 @@ class Poisson(Arrivals):
     rate: float
 
     def __post_init__(self) -> None:
-        if self.rate <= 0:
-            raise ValueError(f"workload.arrivals.rate must be > 0 req/s, got {self.rate}")
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"workload.arrivals.rate must be a finite number > 0 req/s, got {self.rate}")
 
     def gap(self, rng: random.Random) -> float:
         return rng.expovariate(self.rate)
@@ -136,20 +136,35 @@ class Gamma(Arrivals):
     burstiness: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.rate <= 0 or self.burstiness <= 0:
-            raise ValueError(f"workload.arrivals needs rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}")
+        if not all(math.isfinite(x) and x > 0 for x in (self.rate, self.burstiness)):
+            raise ValueError(
+                f"workload.arrivals needs a finite rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}"
+            )
 
     def gap(self, rng: random.Random) -> float:
         return rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))
 
 
 class Workload(ABC):
-    """``ignore_eos``: requests run to their drawn output length (the usual benchmark setting)."""
+    """``ignore_eos``: requests run to their drawn output length (the usual benchmark setting).
+
+    ``requests(tokenizer, max_prompt_len)``: the run's requests; with ``max_prompt_len``, a prompt
+    longer than it (drawn or listed) raises ValueError naming the request before its tokens are drawn
+    (the engine could never run it, and a huge length would take the process's memory)."""
 
     ignore_eos: bool = True
 
     @abstractmethod
-    def requests(self, tokenizer: Tokenizer) -> list[RequestSpec]: ...
+    def requests(self, tokenizer: Tokenizer, max_prompt_len: int | None = None) -> list[RequestSpec]: ...
+
+
+def check_prompt_len(request_id: str, n: int, max_prompt_len: int | None) -> None:
+    """``Workload.requests``' bound: ValueError if the prompt of ``n`` tokens is longer than ``max_prompt_len``."""
+    if max_prompt_len is not None and n > max_prompt_len:
+        raise ValueError(
+            f"{request_id}'s prompt of {n} tokens is longer than the {max_prompt_len} the engine takes "
+            "(engine.max_model_len - 1): shorten the workload's prompts or raise engine.max_model_len"
+        )
 
 
 class SyntheticWorkload(Workload):
@@ -175,7 +190,7 @@ class SyntheticWorkload(Workload):
         self.num_priorities = num_priorities
         self.ignore_eos = ignore_eos
 
-    def requests(self, tokenizer: Tokenizer) -> list[RequestSpec]:
+    def requests(self, tokenizer: Tokenizer, max_prompt_len: int | None = None) -> list[RequestSpec]:
         # One independent stream per attribute: changing the rate (or the priority levels)
         # never changes the prompts or lengths, so sweeps compare like with like.
         arrivals, lengths, tokens, priorities = (random.Random(f"{self.seed}/{k}") for k in range(4))
@@ -190,6 +205,8 @@ class SyntheticWorkload(Workload):
             times.append(t)
             input_lens.append(self.input_len.sample(lengths))
             output_lens.append(self.output_len.sample(lengths))
+        for i, n in enumerate(input_lens):
+            check_prompt_len(f"req-{i:06d}", n, max_prompt_len)
         prompts = tokenizer.random_token_id_lists(input_lens, tokens)
         return [
             RequestSpec(

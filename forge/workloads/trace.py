@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.tokenizers.base import Tokenizer
-from forge.workloads.synthetic import RequestSpec, Workload
+from forge.workloads.synthetic import RequestSpec, Workload, check_prompt_len
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
@@ -54,7 +54,7 @@ class TraceWorkload(Workload):
         self.max_requests = max_requests
         self.ignore_eos = ignore_eos
 
-    def requests(self, tokenizer: Tokenizer) -> list[RequestSpec]:
+    def requests(self, tokenizer: Tokenizer, max_prompt_len: int | None = None) -> list[RequestSpec]:
         rows = read_trace(self.path)
         rng = random.Random(self.seed)
         specs = []
@@ -66,9 +66,12 @@ class TraceWorkload(Workload):
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{where}: needs numeric arrival_time and output_len ({e})") from None
             prompt = row.get("prompt")
+            rid = str(row.get("request_id") or f"req-{n:06d}")
             if prompt:
                 ids = tokenizer.encode(str(prompt))
+                check_prompt_len(f"{where} ({rid})", len(ids), max_prompt_len)
             elif row.get("input_len") not in (None, ""):
+                check_prompt_len(f"{where} ({rid})", int(row["input_len"]), max_prompt_len)
                 ids = tokenizer.random_token_ids(int(row["input_len"]), rng)
             else:
                 raise ValueError(f"{where}: needs input_len or prompt")
@@ -76,7 +79,7 @@ class TraceWorkload(Workload):
                 raise ValueError(f"{where}: empty prompt, output_len < 1 or negative arrival_time")
             specs.append(
                 RequestSpec(
-                    request_id=str(row.get("request_id") or f"req-{n:06d}"),
+                    request_id=rid,
                     arrival_time=arrival,
                     prompt_token_ids=ids,
                     output_len=output_len,

@@ -31,8 +31,8 @@ class VidurPoisson(Arrivals):
     seed: int = VIDUR_DEFAULT_SEED
 
     def __post_init__(self) -> None:
-        if self.rate <= 0:
-            raise ValueError(f"workload.arrivals.rate must be > 0 req/s, got {self.rate}")
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"workload.arrivals.rate must be a finite number > 0 req/s, got {self.rate}")
 
     def stream(self, workload_rng: random.Random) -> random.Random:
         return random.Random(self.seed)
