@@ -205,8 +205,8 @@ class SyntheticWorkload(Workload):
             times.append(t)
             input_lens.append(self.input_len.sample(lengths))
             output_lens.append(self.output_len.sample(lengths))
-        for i, n in enumerate(input_lens):
-            check_prompt_len(f"req-{i:06d}", n, max_prompt_len)
+        longest = max(input_lens, default=0)
+        check_prompt_len(f"req-{input_lens.index(longest):06d}" if input_lens else "", longest, max_prompt_len)
         prompts = tokenizer.random_token_id_lists(input_lens, tokens)
         return [
             RequestSpec(
