@@ -160,7 +160,8 @@ class TestSmolLM2Int4:
     )
 
     @pytest.fixture(scope="class")
-    def models(self) -> tuple[Llama, Llama, Llama]:
+    @classmethod
+    def models(cls) -> tuple[Llama, Llama, Llama]:
         """float32, ``weights=int4``, and int4 forced onto every row count (prefill included)."""
         from forge.models.fetch import smollm2_path
         from forge.models.gguf_loader import load_gguf

@@ -90,7 +90,8 @@ class TestSmolLM2Int8:
     )
 
     @pytest.fixture(scope="class")
-    def models(self) -> tuple[Llama, Llama]:
+    @classmethod
+    def models(cls) -> tuple[Llama, Llama]:
         from forge.models.fetch import smollm2_path
         from forge.models.gguf_loader import load_gguf
 
