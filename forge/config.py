@@ -49,7 +49,8 @@ class EngineConfig:
     context length, a number above the model's context length is an error (see ``max_model_len_for``).
     ``kv_cache_memory_gib``: the KV budget ``kvcache.num_blocks=auto`` sizes the pool from; null =
     the simulated GPU's memory less the simulated weights under ``clock=simulated``, else
-    ``DEFAULT_KV_CACHE_MEMORY_GIB``."""
+    ``DEFAULT_KV_CACHE_MEMORY_GIB``. ``fast_paths``: take the fast paths of the components that
+    declare them (``forge.core.fast_paths``); false: the plain step loop for every component."""
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
@@ -60,6 +61,7 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     distributed_timeout_s: float = 120.0
+    fast_paths: bool = True
 
 
 @dataclass

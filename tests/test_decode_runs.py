@@ -59,9 +59,9 @@ CASES = {
 
 def run(overrides: list[str], decode_runs: bool) -> tuple[list[tuple[str, list[int]]], Engine, int]:
     """Finals (id, tokens) in the order ``run`` returns them, the engine, and the steps taken in runs."""
-    cfg = compose_config([*BASE, *overrides])
+    cfg = compose_config([*BASE, *overrides, f"engine.fast_paths={str(decode_runs).lower()}"])
     engine = build_engine(cfg)
-    engine.decode_runs = decode_runs
+    assert engine.decode_runs is decode_runs
     plan = engine.scheduler.plan_decode_run
     planned = []
 
@@ -101,12 +101,10 @@ def test_decode_runs_equal_stepping(case: str) -> None:
 def test_runs_stop_before_an_arrival_and_at_each_length_limit() -> None:
     """Requests with different lengths and arrivals: the run ends before the step that sees the next
     arrival, and a row whose length limit comes first leaves it at that step."""
-    cfg = compose_config([*BASE, "workload=poisson", "workload.num_requests=2"])
     lengths = [(5, 0.0), (40, 0.0), (3, 0.0), (12, 0.05), (7, 0.3)]
     results = []
-    for decode_runs in (True, False):
-        engine = build_engine(cfg)
-        engine.decode_runs = decode_runs
+    for decode_runs in ("true", "false"):
+        engine = build_engine(compose_config([*BASE, "workload=poisson", f"engine.fast_paths={decode_runs}"]))
         requests = [
             Request(f"r{i}", [40 + i] * (20 + i), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), at)
             for i, (n, at) in enumerate(lengths)

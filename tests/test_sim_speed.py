@@ -148,7 +148,7 @@ def test_percentiles_skip_missing_values() -> None:
 def test_clock_sums_match_the_batch_shape(case: str) -> None:
     """The roofline clock's sums over a step (decodes summed column-wise) give what its
     ``BatchShape`` gives, and the same with every row as a ``ScheduledRequest`` chunk."""
-    cfg = compose_config([*BASE, *CASES[case]])
+    cfg = compose_config([*BASE, *CASES[case], "engine.fast_paths=false"])  # every step through schedule
     engine = build_engine(cfg)
     steps: list[SchedulerOutput] = []
     schedule = engine.scheduler.schedule
@@ -159,7 +159,6 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
         return sched
 
     engine.scheduler.schedule = recording  # type: ignore[method-assign]
-    engine.decode_runs = False  # every step through schedule
     engine.run(workload_requests(cfg, engine))
     prompt = {rid: tl.num_prompt_tokens for rid, tl in engine.recorder.requests.items()}
     clock = engine.clock

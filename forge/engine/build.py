@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 from hydra.errors import InstantiationException
@@ -29,6 +30,8 @@ from forge.workloads.synthetic import RequestSpec, Workload
 
 if TYPE_CHECKING:
     from forge.engine.runner import ModelRunner
+
+log = logging.getLogger("forge.engine.build")
 
 
 def make(group: str, node: Any, **kwargs: Any) -> Any:
@@ -159,6 +162,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
             "needs engine.enable_chunked_prefill=true"
         )
+    fast_paths = cfg.engine.fast_paths
     runner: ModelRunner | SimulationRunner
     if cfg.engine.tensor_parallel_size > 1:
         from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
@@ -178,10 +182,11 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         # A model that can compute on the host, with its cache on the host, runs without batch tensors
         # (and without torch).
         runner_type: type[ModelRunner] | type[SimulationRunner] = SimulationRunner
+        extra: dict[str, Any] = {"fast_paths": fast_paths}  # the host path is the runner's fast path
         if not (isinstance(model, HostModel) and backend.device_type == "cpu"):
             from forge.engine.runner import ModelRunner
 
-            runner_type = ModelRunner
+            runner_type, extra = ModelRunner, {}
         runner = runner_type(
             model,
             backend,
@@ -193,9 +198,18 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             max_model_len=max_model_len,
             kv_spec=kv_spec,
             kv_groups=kv.kv_groups,
+            **extra,
         )
     drafter = build_drafter(cfg, backend, model)
-    return Engine(Scheduler(policy, kv, limits), runner, clock, drafter=drafter, dims=dims)
+    scheduler = Scheduler(policy, kv, limits, fast_paths=fast_paths)
+    engine = Engine(scheduler, runner, clock, drafter=drafter, dims=dims, fast_paths=fast_paths)
+    if fast_paths and clock.simulated and (plain := engine.plain_components()):
+        log.info(
+            "fast paths off for %s: a class that does not declare fast_paths = True runs the plain "
+            "step loop (forge/core/fast_paths.py)",
+            ", ".join(plain),
+        )
+    return engine
 
 
 def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:

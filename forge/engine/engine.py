@@ -1,5 +1,6 @@
 """The engine: schedule -> run -> update, one step at a time (or, in ``run`` under a simulated clock,
-consecutive plain-decode steps at once as a ``DecodeRun``, with the same outcome)."""
+consecutive plain-decode steps at once as a ``DecodeRun``, with the same outcome: a fast path, taken
+only for components that declare it, ``forge.core.fast_paths``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Protocol
 
 from forge.core.decode_run import DecodeRun
+from forge.core.fast_paths import declares_fast_paths, plain_components
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.gc_pause import rare_gc
@@ -21,7 +23,7 @@ from forge.sched.beam import BeamSearches
 from forge.sched.fork import fan_out, output_ids
 from forge.sched.scheduler import Scheduler
 from forge.sched.step_outputs import StepOutputs
-from forge.sim.clock import Clock
+from forge.sim.clock import Clock, PredictedClock
 from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
 from forge.tokenizers.base import Tokenizer
 
@@ -65,8 +67,9 @@ class LeakError(RuntimeError):
 
 class Engine:
     """Steps the scheduler, the runner and the clock (``step``), or runs a list of requests to the
-    end (``run``). ``decode_runs``: in ``run``, take a ``DecodeRun`` (consecutive steps of plain
-    decodes, computed at once) wherever the scheduler, runner and clock can; the outputs and the
+    end (``run``). ``fast_paths`` (``engine.fast_paths``): in ``run``, take a ``DecodeRun``
+    (consecutive steps of plain decodes, computed at once) wherever the scheduler, runner and clock
+    can and the policy, KV cache, clock and model declare it (``decode_runs``); the outputs and the
     metrics are those of stepping through it (tested). False: step by step."""
 
     def __init__(
@@ -77,9 +80,10 @@ class Engine:
         recorder: MetricsRecorder | None = None,
         drafter: Drafter | None = None,
         dims: ModelDims | None = None,
+        fast_paths: bool = True,
     ) -> None:
         """``dims``: what the clock charges for (the model's own when None; ``build_engine`` passes
-        them with the KV cache's dtype)."""
+        them with the KV cache's dtype). ``fast_paths``: whether ``run`` may take decode runs."""
         self.scheduler = scheduler
         self.runner = runner
         self.clock = clock
@@ -88,8 +92,38 @@ class Engine:
         self.drafter = drafter
         self.spec_stats = SpecDecodeStats()
         self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
-        self.decode_runs = True
+        self._fast_paths = fast_paths
         clock.bind(dims or runner.model.dims)
+        # what decides decode runs and is fixed for the engine's life (the runner's host path may change)
+        cost = clock.cost_model if isinstance(clock, PredictedClock) else None  # (its decode steps' times)
+        self._runs = (
+            fast_paths
+            and declares_fast_paths(clock)
+            and (cost is None or declares_fast_paths(cost))
+            and scheduler.takes_decode_runs
+        )
+
+    @property
+    def fast_paths(self) -> bool:
+        """``engine.fast_paths``, as built (False: every step through the plain loop)."""
+        return self._fast_paths
+
+    @property
+    def decode_runs(self) -> bool:
+        """Whether ``run`` takes decode runs where it can: fast paths on, a runner that computes them
+        (a declaring ``DecodeRunModel`` on the host path), a clock, a policy and a KV cache that
+        declare them (``forge.core.fast_paths``)."""
+        runner = self.runner
+        return self._runs and isinstance(runner, SimulationRunner) and runner.decode_runs
+
+    def plain_components(self) -> list[str]:
+        """The components whose class declares no fast paths (so each runs the plain path), as
+        ``group: ClassName``; the model only where a host path exists for it."""
+        clock = self.clock
+        cost = clock.cost_model if isinstance(clock, PredictedClock) else None
+        model = self.runner.model if isinstance(self.runner, SimulationRunner) else None
+        parts = {"scheduler": self.scheduler.policy, "kvcache": self.scheduler.kv, "model": model}
+        return plain_components({**parts, "clock": clock if clock.simulated else None, "cost model": cost})
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -295,13 +329,7 @@ class Engine:
         runner, the scheduler and the clock can take one: the same steps, ending before the one that
         would see ``next_arrival``."""
         runner = self.runner
-        if (
-            self.decode_runs
-            and isinstance(runner, SimulationRunner)
-            and runner.decode_runs
-            and self.drafter is None
-            and not self.beams
-        ):
+        if self.drafter is None and not self.beams and isinstance(runner, SimulationRunner) and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
             if plan is not None and (ends := self.clock.decode_step_ends(plan, next_arrival)):
                 run = plan.truncated(len(ends))

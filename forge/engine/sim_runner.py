@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from forge.core.decode_run import DecodeRun
+from forge.core.fast_paths import declares_fast_paths
 from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
@@ -54,7 +55,12 @@ class SimulationRunner:
     tensors viewing the same memory, built (and torch imported) the first time it is needed.
     ``host = False`` sends every step there: the reference the host path is tested against.
     ``decode_runs``: whether ``execute_decode_run`` can compute a ``DecodeRun`` (a ``DecodeRunModel``
-    on the host path); the engine asks the scheduler for runs only then."""
+    on the host path); the engine asks the scheduler for runs only then.
+
+    The host path and decode runs are fast paths (``forge.core.fast_paths``): taken only when
+    ``fast_paths`` is set and the model's own class sets ``fast_paths = True``, promising that
+    ``forward_host`` (and ``forward_host_run``) compute what ``forward`` does. Otherwise ``host`` is
+    False: every step goes through ``forward``."""
 
     def __init__(
         self,
@@ -68,9 +74,10 @@ class SimulationRunner:
         max_model_len: int = 4096,
         kv_spec: KVSpec | None = None,
         kv_groups: KVCacheGroups | None = None,
+        fast_paths: bool = True,
     ) -> None:
-        """``ModelRunner``'s arguments; ``model`` must be a ``HostModel``, the backend's device the CPU
-        and the cache one group of layers."""
+        """``ModelRunner``'s arguments and ``fast_paths``; ``model`` must be a ``HostModel``, the backend's
+        device the CPU and the cache one group of layers."""
         if not isinstance(model, HostModel):
             raise TypeError(f"{type(model).__name__} has no forward_host: run it with ModelRunner")
         if backend.device_type != "cpu":
@@ -94,7 +101,7 @@ class SimulationRunner:
         )
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
-        self.host = True
+        self.host = fast_paths and declares_fast_paths(model)
         self._run_model: DecodeRunModel | None = model if isinstance(model, DecodeRunModel) else None
         self._tensor_runner: ModelRunner | None = None
 

@@ -84,6 +84,12 @@ class KVCacheManager(ABC):
       ``usage`` of the requests still running after it (the finishing rows freed after their last);
       or None, nothing allocated, when the free blocks do not hold the run (a step would wait).
 
+    Fast paths (``forge.core.fast_paths``): ``decode_slot``, ``decode_run_fits`` and
+    ``reserve_decode_run`` are called only for a class that sets ``fast_paths = True`` in its own body,
+    promising they allocate, answer and report usage exactly as ``allocate_slots``, ``block_table`` and
+    ``usage`` would. For any other class (a subclass inherits no declaration) the scheduler gets a
+    decode's slot through ``allocate_slots`` and ``block_table`` and takes no decode runs.
+
     KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
     table and ``group_tables(request_id)`` the other groups' (empty with one group).
     ``token_capacity(max_chunk)``: the most tokens one request can hold in the whole pool, computed

@@ -49,6 +49,8 @@ class HybridKVCache(KVCacheManager):
     the window's pages (from ``L - w + 1``) of a windowed group; the hit is the longest ``L`` all
     groups have. Pages are cached under a key per (group, chained block hash)."""
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         num_blocks: int,

@@ -24,6 +24,8 @@ class NaiveKVCache(KVCacheManager):
     next blocks are free, else allocation fails (and the scheduler preempts).
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         num_blocks: int,

@@ -30,6 +30,8 @@ class PagedKVCache(KVCacheManager):
     step's ``take_block_ops`` (the copies of one step run together).
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         num_blocks: int,

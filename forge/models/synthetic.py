@@ -52,6 +52,8 @@ class SyntheticModel(Model):
     token ids: ``kv_spec.dtype`` is ``"int64"``.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         seed: int = 0,

@@ -52,6 +52,12 @@ class Policy(ABC):
       (a request is admitted only if, after its blocks are allocated, at least
       ``admission_watermark * num_blocks`` remain free); running requests may use them.
     - ``bind(ctx)``: called once by the scheduler with a ``PolicyContext``.
+
+    Fast paths (``forge.core.fast_paths``): a class that sets ``fast_paths = True`` in its own body
+    promises that ``token_budget`` and ``running_order`` are pure functions of their arguments (and
+    of settings fixed when it was built), so the engine may call them once for many consecutive
+    decode steps (a ``DecodeRun``). A class that does not (a subclass inherits no declaration) has
+    them called every step: a stateful budget or order is honoured exactly.
     """
 
     waiting_first: bool = False

@@ -13,6 +13,8 @@ class DecodeFirst(Policy):
     arrival is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def waiting_key(self, request: Request) -> tuple[float, str]:
         return (request.arrival_time, request.request_id)
 

@@ -16,6 +16,8 @@ class LPM(Policy):
     does). The latest arrival is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     rekey_each_step = True
 
     def __init__(self, max_queue: int = 128) -> None:

@@ -11,6 +11,8 @@ class PrefillFirst(Policy):
     FCFS among waiting requests; the latest arrival is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     waiting_first = True
 
     def waiting_key(self, request: Request) -> tuple[float, str]:

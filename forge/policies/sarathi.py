@@ -15,6 +15,8 @@ class Sarathi(Policy):
     ``engine.enable_chunked_prefill=true``. The latest arrival is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(self, chunk_size: int | None = None) -> None:
         if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"scheduler.chunk_size must be >= 1 (or null), got {chunk_size}")

@@ -13,6 +13,8 @@ class SJF(Policy):
     on what any real predictor achieves. Ties by arrival. The longest job is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(self, oracle: bool = False) -> None:
         self.oracle = oracle
 

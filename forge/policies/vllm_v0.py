@@ -15,6 +15,8 @@ class VllmV0(Policy):
     ``engine.enable_chunked_prefill=false``. The latest arrival is preempted first.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     waiting_first = True
     prefill_only_steps = True
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from forge.core.decode_run import DecodeRun
+from forge.core.fast_paths import declares_fast_paths
 from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
@@ -33,9 +35,12 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    """Owns the waiting queue and the running list; the policy only orders them."""
+    """Owns the waiting queue and the running list; the policy only orders them.
 
-    def __init__(self, policy: Policy, kv: KVCacheManager, limits: SchedulerLimits) -> None:
+    ``fast_paths``: take the policy's and the KV cache's fast paths (``decode_slot``, decode runs)
+    where their classes declare them (``forge.core.fast_paths``); False: the plain path for both."""
+
+    def __init__(self, policy: Policy, kv: KVCacheManager, limits: SchedulerLimits, fast_paths: bool = True) -> None:
         self.policy = policy
         self.kv = kv
         self.limits = limits
@@ -47,6 +52,10 @@ class Scheduler:
         # the running requests' decode rows since the last run; None once a step schedules one, a swap-in or an abort
         self._running_decodes: RunningDecodes | None = None
         self._grouped = kv.kv_groups is not None and kv.kv_groups.num_groups > 1  # rows carry several tables
+        kv_fast = fast_paths and declares_fast_paths(kv)
+        # a decode's slot: the cache's own fast ``decode_slot``, or through ``allocate_slots`` + ``block_table``
+        self._decode_slot = kv.decode_slot if kv_fast else partial(KVCacheManager.decode_slot, kv)
+        self.takes_decode_runs = kv_fast and declares_fast_paths(policy)  # (``plan_decode_run``)
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
 
     # -- requests in and out -------------------------------------------------------
@@ -185,7 +194,7 @@ class Scheduler:
         preempted: list[Request] = []
         swapped_in = step.request_ids() if step.rows else ()  # already scheduled (waiting-first swap-ins)
         running = RequestStatus.RUNNING
-        decode_slot, rows, grouped = self.kv.decode_slot, step.rows, self._grouped
+        decode_slot, rows, grouped = self._decode_slot, step.rows, self._grouped
         add_request, add_table = step.decode_requests.append, step.decode_tables.append
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
@@ -330,11 +339,14 @@ class Scheduler:
         no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
         (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. It changes no
         request and no block: ``start_decode_run`` commits it or a truncation of it (if the free blocks
-        hold it). It keeps the rows' columns (``RunningDecodes``) until a step or an abort touches a running
-        request, so the next plan reads only the requests admitted since."""
+        hold it). None whenever the policy or the KV cache does not declare fast paths
+        (``takes_decode_runs``). It keeps the rows' columns (``RunningDecodes``) until a step or an
+        abort touches a running request, so the next plan reads only the requests admitted since."""
         running = self.running
+        if not (running and self.takes_decode_runs):
+            return None
         budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
-        if not running or len(self.waiting) or self.swapped or self._forks or len(running) > budget:
+        if len(self.waiting) or self.swapped or self._forks or len(running) > budget:
             return None
         order = self.policy.running_order(running)
         if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):

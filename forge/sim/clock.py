@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.core.decode_run import DecodeRun
+from forge.core.fast_paths import declares_fast_paths
 from forge.core.outputs import SchedulerOutput
 from forge.models.base import ModelDims
 from forge.models.presets import model_dims
@@ -77,9 +78,13 @@ class BatchShape:
 
 
 class CostModel(ABC):
-    """Predicted seconds for one engine step. ``step_time_of(sched)`` is what the clock calls: by
-    default ``step_time`` of the step's ``BatchShape``; a model may override it to compute what it
-    needs from the ``SchedulerOutput`` directly (same result as ``step_time``)."""
+    """Predicted seconds for one engine step: ``step_time`` of the step's ``BatchShape``.
+
+    Fast paths (``forge.core.fast_paths``): ``step_time_of(sched)`` (the step's time computed from the
+    ``SchedulerOutput`` directly) and ``decode_step_time`` (a step of plain decodes from two sums, for
+    decode runs) are called by a ``PredictedClock`` only when the cost model's own class sets
+    ``fast_paths = True``, promising both equal ``step_time`` bit for bit. For any other class (a
+    subclass inherits no declaration) the clock calls ``step_time(BatchShape.of(sched))`` every step."""
 
     @abstractmethod
     def step_time(self, batch: BatchShape) -> float: ...
@@ -100,6 +105,8 @@ class RooflineCostModel(CostModel):
     sampled rows) plus 4·layers·heads·head_dim FLOPs per (query, key) pair of attention.
     Memory: every weight read once per step, every request's K/V context read, new K/V written.
     """
+
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
 
     def __init__(self, dims: ModelDims, hw: Hardware) -> None:
         self.dims = dims
@@ -208,6 +215,8 @@ class ProfiledCostModel(CostModel):
     other columns are ignored). Coefficients are kept >= 0 so the model never predicts a step
     getting cheaper as the batch grows."""
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(self, coefficients: dict[str, float], intercept: float) -> None:
         unknown = set(coefficients) - set(PROFILE_FEATURES)
         if unknown:
@@ -297,7 +306,9 @@ class Clock(ABC):
         """For ``run``'s steps taken from now: the time each ends (what ``step_finished`` would advance
         to), up to the first that ends at or after ``deadline`` (the step after it would see an
         arrival). Nothing advances; ``wait_until`` the last commits them. Empty: this clock cannot
-        tell a step's time before it is taken (the wall clock's default)."""
+        tell a step's time before it is taken (the wall clock's default). A fast path
+        (``forge.core.fast_paths``): the engine calls it only when the clock's own class sets
+        ``fast_paths = True``, promising the times are those ``step_finished`` would give."""
         return []
 
     def bind(self, model: ModelDims) -> None:
@@ -322,12 +333,16 @@ class WallClock(Clock):
 
 class PredictedClock(Clock):
     """Simulated time: each step advances it by what ``cost_model`` predicts for the step's batch;
-    waiting for an arrival jumps to it. A run is a pure function of its config."""
+    waiting for an arrival jumps to it. A run is a pure function of its config.
+
+    ``fast_paths``: use the cost model's fast paths (``step_time_of``, ``decode_step_time``) where its
+    class declares them (``CostModel``); False (``engine.fast_paths=false``): ``step_time`` always."""
 
     simulated = True
 
-    def __init__(self) -> None:
+    def __init__(self, fast_paths: bool = True) -> None:
         self._now = 0.0
+        self.fast_paths = fast_paths
 
     @property
     @abstractmethod
@@ -340,10 +355,17 @@ class PredictedClock(Clock):
         self._now = max(self._now, t)
 
     def step_finished(self, sched: SchedulerOutput) -> None:
-        self._now += self.cost_model.step_time_of(sched)
+        cost = self.cost_model
+        if self.fast_paths and declares_fast_paths(cost):
+            self._now += cost.step_time_of(sched)
+        else:
+            self._now += cost.step_time(BatchShape.of(sched))
 
     def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
-        time_of = self.cost_model.decode_step_time
+        cost = self.cost_model
+        if not (self.fast_paths and declares_fast_paths(cost)):
+            return []
+        time_of = cost.decode_step_time
         t = self._now
         ends: list[float] = []
         append = ends.append
@@ -371,6 +393,8 @@ class SimulatedClock(PredictedClock):
     profiles (``forge.sim.vidur_profile``), used instead of ``cost`` when set. ``tensor_parallel``: GPUs
     the model is split over (operators and Vidur profiles; the roofline models one GPU)."""
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         hardware: str = "h100",
@@ -379,8 +403,9 @@ class SimulatedClock(PredictedClock):
         cost: str = "operators",
         tensor_parallel: int = 1,
         profile_dir: str | None = None,
+        fast_paths: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(fast_paths)
         self.hw = hardware_preset(hardware)
         if cost not in COST_MODELS:
             raise ValueError(f"unknown clock.cost {cost!r}; known: {list(COST_MODELS)}")
@@ -441,8 +466,10 @@ class ProfiledClock(PredictedClock):
     see ``python -m forge.calibrate``). KV memory is sized as for the wall clock
     (``engine.kv_cache_memory_gib``), i.e. like the engine that was measured."""
 
-    def __init__(self, profile: str) -> None:
-        super().__init__()
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
+    def __init__(self, profile: str, fast_paths: bool = True) -> None:
+        super().__init__(fast_paths)
         self.profile = profile
         self._cost = ProfiledCostModel.from_csv(profile)
 

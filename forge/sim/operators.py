@@ -100,6 +100,8 @@ class OperatorCostModel(SummedCostModel):
     new tokens' embeddings, and ``step_overhead_s``.
     """
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(self, dims: ModelDims, constants: OperatorConstants, tensor_parallel: int = 1) -> None:
         if tensor_parallel < 1:
             raise ValueError(f"clock.tensor_parallel must be >= 1, got {tensor_parallel}")

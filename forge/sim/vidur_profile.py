@@ -167,6 +167,8 @@ class Surface:
 class VidurProfileCostModel(SummedCostModel):
     """Step times from Vidur's operator profiles (module docstring); seconds per layer from ms."""
 
+    fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+
     def __init__(
         self,
         num_layers: int,
