@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         f"- `cpu-tiny.train.csv`: the same rows without the held-out run `{fit['holdout_run']}` ({len(train)} steps): "
         "the file to give `clock=profiled clock.profile=...`, so that the held-out check is honest.",
         "- `cpu-tiny.json`: the fit (non-negative least squares on relative error, outlier steps > 3 MADs dropped; "
-        "`ProfiledCostModel.fit` in `forge/sim/clock.py`), its held-out error, the end-to-end replay check and the "
+        "`ProfiledCostModel.fit` in `forge/sim/profiled.py`), its held-out error, the end-to-end replay check and the "
         "machine's measured fp32 GEMM rate and copy bandwidth.",
         "- `calibrate.log`: the console output of the run.",
         "",
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         table(e2e_df, ["metric", "wall", "profiled", "error"], {"error": "+.1%"}),
         "",
-        "## Measured hardware (the `cpu` preset of `forge/sim/clock.py` uses these)",
+        "## Measured hardware (the `cpu` preset of `forge/sim/cost_model.py` uses these)",
         "",
         f"- fp32 1024x1024 GEMM: {hw['fp32_matmul_flops'] / 1e9:.1f} GFLOP/s; copy bandwidth "
         f"{hw['copy_bandwidth_Bps'] / 1e9:.1f} GB/s; torch threads {hw['torch_threads']}.",

@@ -143,7 +143,8 @@ def step_times(hardware: str) -> pd.DataFrame:
     import pandas as pd
 
     from forge.models.presets import model_dims
-    from forge.sim.clock import BatchShape, SimulatedClock
+    from forge.sim.clock import SimulatedClock
+    from forge.sim.cost_model import BatchShape
 
     dims = model_dims("llama-2-7b")
     clocks = {}

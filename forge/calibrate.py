@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 
 from forge.core.outputs import SchedulerOutput
-from forge.sim.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, WallClock, batch_features
+from forge.sim.clock import WallClock
+from forge.sim.cost_model import BatchShape
+from forge.sim.profiled import PROFILE_FEATURES, ProfiledCostModel, batch_features
 
 
 class RecordingClock(WallClock):

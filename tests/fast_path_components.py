@@ -17,7 +17,9 @@ from forge.models.synthetic import SyntheticModel
 from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
 from forge.policies.sarathi import Sarathi
-from forge.sim.clock import BatchShape, RooflineCostModel, SimulatedClock, hardware_preset
+from forge.sim.clock import SimulatedClock
+from forge.sim.cost_model import BatchShape, hardware_preset
+from forge.sim.roofline import RooflineCostModel
 from forge.spec.base import Draft
 from forge.spec.ngram import NgramDrafter
 from forge.tokenizers.base import Tokenizer

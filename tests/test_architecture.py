@@ -101,3 +101,49 @@ def test_every_package_says_what_it_owns() -> None:
     for package in ALLOWED:
         doc = ast.get_docstring(ast.parse((FORGE / package / "__init__.py").read_text()))
         assert doc and len(doc) > 40, f"forge/{package}/__init__.py needs a docstring saying what it owns"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(FORGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    nodes, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The forge modules ``path`` imports when it runs (lazy imports inside functions too; not those
+    for annotations only): ``from forge.a.b import c`` counts ``forge.a.b.c`` when that is a module,
+    else ``forge.a.b``."""
+    found = set()
+    for node in runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("forge"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+    return found & modules
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle between forge's modules (issue 31: clock -> operators -> step_sums -> clock
+    was one); a package's ``__init__`` importing its own modules is not a circle."""
+    paths = {module_name(p): p for p in FORGE.rglob("*.py")}
+    modules = set(paths)
+    graph = {
+        name: {dep for dep in module_imports(path, modules) if dep != name and not name.startswith(dep + ".")}
+        for name, path in paths.items()
+    }
+    order = list(TopologicalSorter(graph).static_order())  # raises CycleError naming the circle
+    assert set(order) == modules

@@ -14,9 +14,11 @@ import pytest
 
 from forge.core.decode_run import DecodeRun
 from forge.models.presets import model_dims
-from forge.sim.clock import HARDWARE, BatchShape, CostModel, ProfiledCostModel, RooflineCostModel
+from forge.sim.cost_model import HARDWARE, BatchShape, CostModel
 from forge.sim.decode_attention import DecodeAttentionProfile
 from forge.sim.operators import OperatorConstants, OperatorCostModel
+from forge.sim.profiled import ProfiledCostModel
+from forge.sim.roofline import RooflineCostModel
 from forge.sim.vidur_profile import VidurProfileCostModel
 
 LLAMA = model_dims("llama-2-7b")

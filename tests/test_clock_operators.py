@@ -14,7 +14,8 @@ from forge.config import ConfigError, compose_config
 from forge.engine.build import build_engine, workload_requests
 from forge.models.presets import model_dims
 from forge.results.metrics import summarize
-from forge.sim.clock import BatchShape, SimulatedClock
+from forge.sim.clock import SimulatedClock
+from forge.sim.cost_model import BatchShape
 from forge.sim.operators import HARDWARE_DIR, OperatorConstants, OperatorCostModel, all_reduce_time
 from forge.sim.step_sums import StepSums
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from forge.config import compose_config
-from forge.sim.clock import PROFILE_FEATURES, BatchShape, ProfiledCostModel, batch_features
+from forge.sim.cost_model import BatchShape
+from forge.sim.profiled import PROFILE_FEATURES, ProfiledCostModel, batch_features
 
 
 def synthetic_profile(n: int, noise: float, seed: int = 0) -> tuple[list[dict[str, float]], list[float]]:

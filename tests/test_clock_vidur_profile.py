@@ -11,7 +11,8 @@ import pytest
 from forge.config import ConfigError, compose_config
 from forge.engine.build import build_engine
 from forge.models.presets import model_dims
-from forge.sim.clock import BatchShape, SimulatedClock
+from forge.sim.clock import SimulatedClock
+from forge.sim.cost_model import BatchShape
 from forge.sim.vidur_profile import MLP_OPERATORS, VidurProfileCostModel
 
 LLAMA = model_dims("llama-2-7b")

@@ -26,7 +26,8 @@ from forge.models.gguf_file import GGUFError
 from forge.models.gguf_loader import load_gguf
 from forge.models.presets import model_dims
 from forge.models.safetensors_loader import CheckpointError, load_safetensors
-from forge.sim.clock import BatchShape, RooflineCostModel, hardware_preset
+from forge.sim.cost_model import BatchShape, hardware_preset
+from forge.sim.roofline import RooflineCostModel
 
 # head_dim 16: 8 frequencies; served up to original_max_position_embeddings with the short factors
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 3.0, 1.0, 4.0, 1.2, 2.5], "long_factor": [8.0] * 8}

@@ -19,7 +19,7 @@ from forge.core.fast_paths import declares_fast_paths, plain_components
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
 from forge.results.metrics import summarize
-from forge.sim.clock import PROFILE_FEATURES
+from forge.sim.profiled import PROFILE_FEATURES
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ["model=synthetic", "clock=simulated", "progress=false", "report=false"]

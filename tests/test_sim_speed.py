@@ -26,7 +26,8 @@ from forge.kvcache.base import KVCacheManager, KVUsage
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
-from forge.sim.clock import BatchShape, PredictedClock
+from forge.sim.clock import PredictedClock
+from forge.sim.cost_model import BatchShape
 from forge.tokenizers.base import ByteTokenizer
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]

@@ -6,8 +6,6 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from forge.config import DEFAULT_KV_CACHE_MEMORY_GIB, ConfigError, max_model_len_for
@@ -17,6 +15,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
 from forge.engine.gc_pause import rare_gc
+from forge.engine.make import make
 from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
 from forge.kernels.kv_quant import is_quantized_name, kv_cache_dtype
@@ -32,15 +31,6 @@ if TYPE_CHECKING:
     from forge.engine.runner import ModelRunner
 
 log = logging.getLogger("forge.engine.build")
-
-
-def make(group: str, node: Any, **kwargs: Any) -> Any:
-    """``instantiate`` that reports a bad setting as a ConfigError naming the group, not a deep traceback."""
-    try:
-        return instantiate(node, **kwargs)
-    except InstantiationException as e:
-        cause = e.__cause__ or e
-        raise ConfigError(f"{group}: {cause}") from cause
 
 
 def auto_num_blocks(

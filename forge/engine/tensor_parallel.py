@@ -186,7 +186,7 @@ class TensorParallelRunner(ModelRunner):
 def worker_main(container: dict[str, Any], rank: int, world: int, address: str, port: int) -> None:
     """Rank ``rank`` (> 0): load the model, take rank 0's setup, then run a forward per broadcast
     step until the stop message (``None``)."""
-    from forge.engine.build import make  # the engine's builders; imported here, not at module load
+    from forge.engine.make import make
 
     cfg = OmegaConf.create(container)
     assert isinstance(cfg, DictConfig)

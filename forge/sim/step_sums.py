@@ -7,7 +7,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from forge.core.outputs import SchedulerOutput
-from forge.sim.clock import BatchShape, CostModel
+from forge.sim.cost_model import BatchShape, CostModel
 
 
 # not frozen: one is built per simulated step, and a frozen dataclass's __init__ costs several times a plain one's
