@@ -13,6 +13,7 @@ import torch
 from forge import LLM, SamplingParams
 from forge.config import ConfigError, compose_config
 from forge.engine.build import build_engine
+from forge.engine.runner import ModelRunner
 from forge.kernels.cpu import native
 from forge.kernels.cpu_backend import CpuBackend
 from forge.models.fast_weights import quantize_rows
@@ -113,6 +114,7 @@ def test_kv_cache_dtype_sizes_and_types_the_pool() -> None:
     base = ["model=tiny", "model.dtype=float32", "engine.kv_cache_memory_gib=0.01"]
     full = build_engine(compose_config(base))
     half = build_engine(compose_config([*base, "engine.kv_cache_dtype=bfloat16"]))
+    assert isinstance(full.runner, ModelRunner) and isinstance(half.runner, ModelRunner)
     assert full.runner.kv_caches[0][0].dtype == torch.float32
     assert half.runner.kv_caches[0][0].dtype == torch.bfloat16
     assert half.scheduler.kv.num_blocks // 2 == full.scheduler.kv.num_blocks  # same bytes, twice the blocks

@@ -16,6 +16,7 @@ from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
 from forge.engine.gc_pause import rare_gc
 from forge.engine.make import make
+from forge.engine.runner_base import Runner
 from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
 from forge.kernels.kv_quant import is_quantized_name, kv_cache_dtype
@@ -153,7 +154,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             "needs engine.enable_chunked_prefill=true"
         )
     fast_paths = cfg.engine.fast_paths
-    runner: ModelRunner | SimulationRunner
+    runner: Runner
     if cfg.engine.tensor_parallel_size > 1:
         from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
 

@@ -8,14 +8,14 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from forge.core.decode_run import DecodeRun
 from forge.core.fast_paths import declares_fast_paths, plain_components
 from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.gc_pause import rare_gc
-from forge.engine.sim_runner import SimulationRunner
+from forge.engine.runner_base import Runner
 from forge.kvcache.base import KVUsage
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
@@ -26,9 +26,6 @@ from forge.sched.step_outputs import StepOutputs
 from forge.sim.clock import Clock, PredictedClock
 from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
 from forge.tokenizers.base import Tokenizer
-
-if TYPE_CHECKING:  # a simulated run's runner imports no torch; ModelRunner's module does
-    from forge.engine.runner import ModelRunner
 
 log = logging.getLogger("forge.engine.engine")
 
@@ -75,7 +72,7 @@ class Engine:
     def __init__(
         self,
         scheduler: Scheduler,
-        runner: ModelRunner | SimulationRunner,
+        runner: Runner,
         clock: Clock,
         recorder: MetricsRecorder | None = None,
         drafter: Drafter | None = None,
@@ -113,16 +110,14 @@ class Engine:
         """Whether ``run`` takes decode runs where it can: fast paths on, a runner that computes them
         (a declaring ``DecodeRunModel`` on the host path), a clock, a policy and a KV cache that
         declare them (``forge.core.fast_paths``)."""
-        runner = self.runner
-        return self._runs and isinstance(runner, SimulationRunner) and runner.decode_runs
+        return self._runs and self.runner.decode_runs
 
     def plain_components(self) -> list[str]:
         """The components whose class declares no fast paths (so each runs the plain path), as
         ``group: ClassName``; the model only where a host path exists for it."""
         clock = self.clock
         cost = clock.cost_model if isinstance(clock, PredictedClock) else None
-        model = self.runner.model if isinstance(self.runner, SimulationRunner) else None
-        parts = {"scheduler": self.scheduler.policy, "kvcache": self.scheduler.kv, "model": model}
+        parts = {"scheduler": self.scheduler.policy, "kvcache": self.scheduler.kv, **self.runner.fast_path_components()}
         return plain_components({**parts, "clock": clock if clock.simulated else None, "cost model": cost})
 
     @property
@@ -329,7 +324,7 @@ class Engine:
         runner, the scheduler and the clock can take one: the same steps, ending before the one that
         would see ``next_arrival``."""
         runner = self.runner
-        if self.drafter is None and not self.beams and isinstance(runner, SimulationRunner) and self.decode_runs:
+        if self.drafter is None and not self.beams and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
             if plan is not None and (ends := self.clock.decode_step_ends(plan, next_arrival)):
                 run = plan.truncated(len(ends))
@@ -338,7 +333,7 @@ class Engine:
         return self._step().finished
 
     def _decode_run(
-        self, runner: SimulationRunner, run: DecodeRun, ends: list[float], usage: list[KVUsage]
+        self, runner: Runner, run: DecodeRun, ends: list[float], usage: list[KVUsage]
     ) -> list[RequestOutput]:
         """Take ``run``'s steps (started: its slots reserved, ``usage`` after each), which end at ``ends``:
         what stepping through them records and returns."""

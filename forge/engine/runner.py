@@ -11,6 +11,7 @@ from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.core.request import Request
 from forge.engine.pooling import PoolingRows
+from forge.engine.runner_base import Runner
 from forge.kernels.base import KernelBackend, KVLayer, KVSpec
 from forge.kernels.batch import build_forward_batch
 from forge.models.base import HiddenStateModel, Model
@@ -29,7 +30,7 @@ def failure_message(request_id: str, exc: Exception) -> str:
     return f"request {request_id}: sampling failed ({type(exc).__name__})"
 
 
-class ModelRunner:
+class ModelRunner(Runner):
     """Owns the KV tensors; one ``execute`` per engine step. Everything it needs of the step is in
     the ``SchedulerOutput`` (its rows' requests included)."""
 

@@ -10,6 +10,7 @@ from forge.core.decode_run import DecodeRun
 from forge.core.fast_paths import declares_fast_paths
 from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
+from forge.engine.runner_base import Runner
 from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
 from forge.models.base import HiddenStateModel, Model, OneHotLogits
 
@@ -43,7 +44,7 @@ class DecodeRunModel(Protocol):
     ) -> list[list[int]]: ...
 
 
-class SimulationRunner:
+class SimulationRunner(Runner):
     """The model runner for a ``HostModel`` on a CPU backend, with ``ModelRunner``'s interface
     (``model``, ``hidden_model``, ``execute``, ``close``) and arguments.
 
@@ -132,6 +133,9 @@ class SimulationRunner:
     @property
     def decode_runs(self) -> bool:
         return self.host and self._run_model is not None
+
+    def fast_path_components(self) -> dict[str, object]:
+        return {"model": self.model}  # its host path and decode runs rely on the model's declaration
 
     def execute_decode_run(self, run: DecodeRun) -> list[list[int]]:
         """Each row's greedy tokens over the run (``DecodeRunModel.forward_host_run``)."""
