@@ -12,10 +12,11 @@ from typing import Protocol
 
 from forge.core.decode_run import DecodeRun
 from forge.core.fast_paths import declares_fast_paths, plain_components
-from forge.core.outputs import ModelOutput, RequestOutput, SchedulerOutput, stopped_output
+from forge.core.outputs import RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.gc_pause import rare_gc
 from forge.engine.runner_base import Runner
+from forge.engine.speculator import Speculator
 from forge.kvcache.base import KVUsage
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
@@ -24,7 +25,7 @@ from forge.sched.fork import fan_out, output_ids
 from forge.sched.scheduler import Scheduler
 from forge.sched.step_outputs import StepOutputs
 from forge.sim.clock import Clock, PredictedClock
-from forge.spec.base import Drafter, SpecDecodeStats, draft_limit
+from forge.spec.base import Drafter, SpecDecodeStats
 from forge.tokenizers.base import Tokenizer
 
 log = logging.getLogger("forge.engine.engine")
@@ -86,8 +87,7 @@ class Engine:
         self.clock = clock
         self.recorder = recorder or MetricsRecorder()
         self.requests: dict[str, Request] = {}
-        self.drafter = drafter
-        self.spec_stats = SpecDecodeStats()
+        self.speculator = Speculator(drafter)
         self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
         self._fast_paths = fast_paths
         clock.bind(dims or runner.model.dims)
@@ -119,6 +119,14 @@ class Engine:
         cost = clock.cost_model if isinstance(clock, PredictedClock) else None
         parts = {"scheduler": self.scheduler.policy, "kvcache": self.scheduler.kv, **self.runner.fast_path_components()}
         return plain_components({**parts, "clock": clock if clock.simulated else None, "cost model": cost})
+
+    @property
+    def drafter(self) -> Drafter | None:
+        return self.speculator.drafter
+
+    @property
+    def spec_stats(self) -> SpecDecodeStats:
+        return self.speculator.stats
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -165,7 +173,7 @@ class Engine:
             return ended
         request = self.scheduler.abort(request_id)
         self.requests.pop(request_id, None)
-        self._forget_drafts(request_id)
+        self.speculator.forget(request_id)
         return [request_id] if request is not None else []
 
     def abort_all(self) -> list[RequestOutput]:
@@ -199,13 +207,26 @@ class Engine:
         ``EngineDeadError``, which ``step`` raises."""
         self.clock.step_started()
         start = self.clock.now()
-        if self.drafter is not None:
-            self._propose_drafts()
-        sched = self.scheduler.schedule()
-        while sched.is_empty and len(self.beams) and self.beams.release_idle():
-            sched = self.scheduler.schedule()  # beams waiting for their round held the blocks
+        self.speculator.propose(self.scheduler.running, self.scheduler.limits.max_model_len)
+        sched = self._schedule()
         if sched.is_empty:
             return StepOutputs()
+        outputs = self._execute(sched)
+        delivered, outputs = self._advance_beams(outputs)
+        self._record(sched, outputs, start)
+        return delivered
+
+    def _schedule(self) -> SchedulerOutput:
+        """The scheduler's next step; beams waiting for their round give back the blocks they hold when
+        nothing else can run."""
+        sched = self.scheduler.schedule()
+        while sched.is_empty and len(self.beams) and self.beams.release_idle():
+            sched = self.scheduler.schedule()
+        return sched
+
+    def _execute(self, sched: SchedulerOutput) -> StepOutputs:
+        """Run the step and update the scheduler: its outputs, with the final outputs of the requests
+        that failed (all of the step's if the model step raised)."""
         try:
             out = self.runner.execute(sched)
         except EngineDeadError:
@@ -214,29 +235,30 @@ class Engine:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"
             rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
-            outputs = StepOutputs(others=self._fail(rows, step_failed=True))
-        else:
-            if self.drafter is not None:  # drafts come only from the drafter
-                self._record_verification(sched, out)
-            failed = self._fail(out.failed) if out.failed else []
-            outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
-            if failed:
-                outputs = outputs.with_others(failed)
-        delivered = outputs
-        if len(self.beams):
-            beams = self.beams.advance(outputs)
-            for r in beams.started:
-                self._track(r)
-            delivered = beams.delivered
-            if beams.closed:
-                outputs = outputs.with_others(beams.closed)
+            return StepOutputs(others=self._fail(rows, step_failed=True))
+        self.speculator.record(sched, out)
+        failed = self._fail(out.failed) if out.failed else []
+        outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
+        return outputs.with_others(failed) if failed else outputs
+
+    def _advance_beams(self, outputs: StepOutputs) -> tuple[StepOutputs, StepOutputs]:
+        """(what the step delivers to callers, what it records): beam searches turn their beams'
+        outputs into their own and start their next round's beams."""
+        if not len(self.beams):
+            return outputs, outputs
+        beams = self.beams.advance(outputs)
+        for r in beams.started:
+            self._track(r)
+        return beams.delivered, outputs.with_others(beams.closed) if beams.closed else outputs
+
+    def _record(self, sched: SchedulerOutput, outputs: StepOutputs, start: float) -> None:
+        """Advance the clock past the step, record it, and let the finished requests go."""
         self.clock.step_finished(sched)
         kv = self.scheduler.kv.usage(self.scheduler.running)
         self.recorder.on_step(sched, outputs, self.requests, start, self.clock.now(), kv, len(self.scheduler.running))
         for o in outputs.finished:
             del self.requests[o.request_id]
-            self._forget_drafts(o.request_id)
-        return delivered
+            self.speculator.forget(o.request_id)
 
     def _fail(self, errors: Mapping[str, str], step_failed: bool = False) -> list[RequestOutput]:
         """Abort each request of ``errors`` (request id -> reason) in the scheduler, freeing its KV
@@ -250,30 +272,6 @@ class Engine:
             outputs.append(stopped_output(request, "error", reason))
         return outputs
 
-    # -- speculative decoding ------------------------------------------------------
-    def _propose_drafts(self) -> None:
-        """Ask the drafter for drafts for decoding requests and attach them as ``spec_token_ids``."""
-        assert self.drafter is not None
-        max_len = self.scheduler.limits.max_model_len
-        limits = {r.request_id: n for r in self.scheduler.running if (n := draft_limit(r, max_len)) > 0}
-        if not limits:
-            return
-        ready = [r for r in self.scheduler.running if r.request_id in limits]
-        for rid, draft in self.drafter.propose(ready, limits).items():
-            self.requests[rid].spec_token_ids = draft.token_ids[: limits[rid]]
-
-    def _record_verification(self, sched: SchedulerOutput, out: ModelOutput) -> None:
-        for s in sched.chunks:  # the decodes have no drafts
-            if s.sample and s.num_draft_tokens and s.request_id not in out.failed:
-                accepted = len(out.sampled_token_ids[s.request_id]) - 1
-                self.spec_stats.record(s.num_draft_tokens, accepted)
-                if self.drafter is not None:
-                    self.drafter.observe(s.request_id, s.num_draft_tokens, accepted)
-
-    def _forget_drafts(self, request_id: str) -> None:
-        if self.drafter is not None:
-            self.drafter.remove(request_id)
-
     def check_idle(self) -> None:
         """Every request finished and every block free; raises LeakError otherwise."""
         kv = self.scheduler.kv
@@ -286,8 +284,8 @@ class Engine:
             problems.append(f"{kv.num_held()} requests still hold KV blocks")
         if kv.num_free_blocks() != kv.num_blocks:
             problems.append(f"{kv.num_blocks - kv.num_free_blocks()} of {kv.num_blocks} KV blocks not free")
-        if self.drafter is not None and self.drafter.num_tracked():
-            problems.append(f"the drafter still tracks {self.drafter.num_tracked()} requests")
+        if (leak := self.speculator.leak()) is not None:
+            problems.append(leak)
         if problems:
             raise LeakError("engine idle but " + "; ".join(problems))
 
