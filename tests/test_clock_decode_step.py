@@ -14,7 +14,7 @@ import pytest
 
 from forge.core.decode_run import DecodeRun
 from forge.models.presets import model_dims
-from forge.sim.cost_model import HARDWARE, BatchShape, CostModel
+from forge.sim.cost_model import HARDWARE, BatchShape, CostModel, FastCostModel
 from forge.sim.decode_attention import DecodeAttentionProfile
 from forge.sim.operators import OperatorConstants, OperatorCostModel
 from forge.sim.profiled import ProfiledCostModel
@@ -40,6 +40,7 @@ def random_decode_steps(seed: int, count: int = 400) -> list[list[int]]:
 
 
 def assert_decode_fast_path_is_step_time(model: CostModel, seed: int) -> None:
+    assert isinstance(model, FastCostModel)
     for contexts in random_decode_steps(seed):
         n = len(contexts)
         assert model.decode_step_time(n, sum(contexts)) == model.step_time(BatchShape([1] * n, contexts, n)), contexts

@@ -27,7 +27,7 @@ from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
 from forge.sim.clock import PredictedClock
-from forge.sim.cost_model import BatchShape
+from forge.sim.cost_model import BatchShape, FastCostModel
 from forge.tokenizers.base import ByteTokenizer
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=24", "progress=false"]
@@ -166,6 +166,7 @@ def test_clock_sums_match_the_batch_shape(case: str) -> None:
     assert isinstance(clock, PredictedClock)
     cost = clock.cost_model
     decodes = 0
+    assert isinstance(cost, FastCostModel)
     for sched in steps:
         assert sched.num_batched_tokens == sum(s.num_tokens for s in sched.scheduled)
         expected = cost.step_time(BatchShape.of(sched))

@@ -17,6 +17,11 @@ itself, whatever it overrides. So a component written as the README shows, state
 overridden methods included, gets exactly the plain loop's answer; declaring is the opt-in for
 speed, after checking the promise (``tests/test_fast_paths.py`` compares on vs off).
 
+Each fast path is an optional interface a declaring class implements, so the base contracts say
+nothing of it: ``DecodeRunCache`` (``forge.kvcache.base``), ``DecodeRunClock`` (``forge.sim.clock``),
+``FastCostModel`` (``forge.sim.cost_model``), ``HostModel`` / ``DecodeRunModel``
+(``forge.engine.sim_runner``) and the runner's declared ``decode_runs`` (``forge.engine.runner_base``).
+
 ``engine.fast_paths=false`` turns every fast path off for a run (the plain loop for every
 component, declared or not): the check a researcher runs when in doubt."""
 

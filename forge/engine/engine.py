@@ -24,7 +24,7 @@ from forge.sched.beam import BeamSearches
 from forge.sched.fork import fan_out, output_ids
 from forge.sched.scheduler import Scheduler
 from forge.sched.step_outputs import StepOutputs
-from forge.sim.clock import Clock, PredictedClock
+from forge.sim.clock import Clock, DecodeRunClock
 from forge.spec.base import Drafter, SpecDecodeStats
 from forge.tokenizers.base import Tokenizer
 
@@ -92,13 +92,10 @@ class Engine:
         self._fast_paths = fast_paths
         clock.bind(dims or runner.model.dims)
         # what decides decode runs and is fixed for the engine's life (the runner's host path may change)
-        cost = clock.cost_model if isinstance(clock, PredictedClock) else None  # (its decode steps' times)
-        self._runs = (
-            fast_paths
-            and declares_fast_paths(clock)
-            and (cost is None or declares_fast_paths(cost))
-            and scheduler.takes_decode_runs
-        )
+        # the clock that times decode runs: a declaring DecodeRunClock that can now (``decode_runs``)
+        run_clock = clock if isinstance(clock, DecodeRunClock) and declares_fast_paths(clock) else None
+        self._run_clock = run_clock if fast_paths and run_clock is not None and run_clock.decode_runs else None
+        self._runs = self._run_clock is not None and scheduler.takes_decode_runs
 
     @property
     def fast_paths(self) -> bool:
@@ -116,9 +113,11 @@ class Engine:
         """The components whose class declares no fast paths (so each runs the plain path), as
         ``group: ClassName``; the model only where a host path exists for it."""
         clock = self.clock
-        cost = clock.cost_model if isinstance(clock, PredictedClock) else None
         parts = {"scheduler": self.scheduler.policy, "kvcache": self.scheduler.kv, **self.runner.fast_path_components()}
-        return plain_components({**parts, "clock": clock if clock.simulated else None, "cost model": cost})
+        if clock.simulated:  # a wall clock has no fast paths to take
+            parts["clock"] = clock
+            parts.update(clock.fast_path_components() if isinstance(clock, DecodeRunClock) else {})
+        return plain_components(parts)
 
     @property
     def drafter(self) -> Drafter | None:
@@ -324,11 +323,14 @@ class Engine:
         runner = self.runner
         if self.drafter is None and not self.beams and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
-            if plan is not None and (ends := self.clock.decode_step_ends(plan, next_arrival)):
+            if plan is not None and (ends := self._decode_step_ends(plan, next_arrival)):
                 run = plan.truncated(len(ends))
                 if (usage := self.scheduler.start_decode_run(run)) is not None:
                     return self._decode_run(runner, run, ends, usage)
         return self._step().finished
+
+    def _decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
+        return self._run_clock.decode_step_ends(run, deadline) if self._run_clock is not None else []
 
     def _decode_run(
         self, runner: Runner, run: DecodeRun, ends: list[float], usage: list[KVUsage]

@@ -78,17 +78,12 @@ class KVCacheManager(ABC):
       all-or-nothing; False if the GPU pool cannot. The request keeps its computed tokens.
     - ``take_block_ops()``: the tensor copies (swap, copy-on-write) decided since the
       last call, for the runner; the scheduler calls it once per step.
-    - ``decode_run_fits(run)``: whether the cache can take a ``DecodeRun`` of these requests (being
-      every holder of blocks); a cheap pure query. ``reserve_decode_run(run)`` then allocates its
-      slots as its steps' ``decode_slot`` calls would, in the same order, and returns each step's
-      ``usage`` of the requests still running after it (the finishing rows freed after their last);
-      or None, nothing allocated, when the free blocks do not hold the run (a step would wait).
 
-    Fast paths (``forge.core.fast_paths``): ``decode_slot``, ``decode_run_fits`` and
-    ``reserve_decode_run`` are called only for a class that sets ``fast_paths = True`` in its own body,
-    promising they allocate, answer and report usage exactly as ``allocate_slots``, ``block_table`` and
-    ``usage`` would. For any other class (a subclass inherits no declaration) the scheduler gets a
-    decode's slot through ``allocate_slots`` and ``block_table`` and takes no decode runs.
+    Fast paths (``forge.core.fast_paths``): an overridden ``decode_slot`` is called only for a class
+    that sets ``fast_paths = True`` in its own body, promising it allocates exactly as
+    ``allocate_slots`` and ``block_table`` would; for any other class (a subclass inherits no
+    declaration) the scheduler uses this base class's ``decode_slot``. Decode runs are one optional
+    interface, ``DecodeRunCache`` (below), for such declaring classes.
 
     KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
     table and ``group_tables(request_id)`` the other groups' (empty with one group).
@@ -137,12 +132,6 @@ class KVCacheManager(ABC):
     def group_tables(self, request_id: str) -> tuple[list[int], ...]:
         return ()
 
-    def decode_run_fits(self, run: DecodeRun) -> bool:
-        return False
-
-    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
-        raise NotImplementedError(f"{type(self).__name__} takes no decode runs (decode_run_fits is False)")
-
     def token_capacity(self, max_chunk: int) -> int:
         return self.num_blocks * self.block_size
 
@@ -171,3 +160,21 @@ class KVCacheManager(ABC):
     def stats(self) -> dict[str, int]:
         """Counters such as prefix-cache queries and hits."""
         return {}
+
+
+class DecodeRunCache(ABC):
+    """The optional interface of a KV cache that takes ``DecodeRun``s (consecutive plain decode steps
+    at once, ``forge.core.decode_run``); used only for a class that also declares ``fast_paths``.
+
+    - ``decode_run_fits(run)``: whether the cache can take a ``DecodeRun`` of these requests (being
+      every holder of blocks); a cheap pure query.
+    - ``reserve_decode_run(run)`` then allocates its slots as its steps' ``decode_slot`` calls would,
+      in the same order, and returns each step's ``usage`` of the requests still running after it (the
+      finishing rows freed after their last); or None, nothing allocated, when the free blocks do not
+      hold the run (a step would wait)."""
+
+    @abstractmethod
+    def decode_run_fits(self, run: DecodeRun) -> bool: ...
+
+    @abstractmethod
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None: ...

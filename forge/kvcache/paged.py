@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from forge.core.decode_run import DecodeRun
 from forge.core.request import Request
-from forge.kvcache.base import BlockOps, KVCacheManager, KVUsage
+from forge.kvcache.base import BlockOps, DecodeRunCache, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import Block, BlockPool
 
 
@@ -14,7 +14,7 @@ def chain_hash(parent: int, tokens: tuple[int, ...]) -> int:
     return hash((parent, tokens))
 
 
-class PagedKVCache(KVCacheManager):
+class PagedKVCache(KVCacheManager, DecodeRunCache):
     """Block tables over a ``BlockPool`` of ``num_blocks`` GPU blocks.
 
     Prefix caching (``enable_prefix_caching``): every full block of final tokens is keyed

@@ -13,7 +13,7 @@ from forge.core.fast_paths import declares_fast_paths
 from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
-from forge.kvcache.base import KVCacheManager, KVUsage
+from forge.kvcache.base import DecodeRunCache, KVCacheManager, KVUsage
 from forge.policies.base import Policy, PolicyContext
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_outputs import StepOutputs
@@ -55,8 +55,15 @@ class Scheduler:
         kv_fast = fast_paths and declares_fast_paths(kv)
         # a decode's slot: the cache's own fast ``decode_slot``, or through ``allocate_slots`` + ``block_table``
         self._decode_slot = kv.decode_slot if kv_fast else partial(KVCacheManager.decode_slot, kv)
-        self.takes_decode_runs = kv_fast and declares_fast_paths(policy)  # (``plan_decode_run``)
+        # the cache's decode runs (``plan_decode_run``): a declaring cache with that interface, a declaring policy
+        self._run_kv = kv if kv_fast and isinstance(kv, DecodeRunCache) and declares_fast_paths(policy) else None
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
+
+    @property
+    def takes_decode_runs(self) -> bool:
+        """Whether ``plan_decode_run`` may plan runs: fast paths on, a policy and a KV cache that declare
+        them, the cache a ``DecodeRunCache``."""
+        return self._run_kv is not None
 
     # -- requests in and out -------------------------------------------------------
     def add_request(self, request: Request, forks: Sequence[Request] = ()) -> None:
@@ -337,13 +344,13 @@ class Scheduler:
         plain decodes of every running request in order and only a length limit can end one: nothing
         waiting, swapped or to fork; every request plain greedy with no constraint, ignoring EOS, with
         no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
-        (``KVCacheManager.decode_run_fits``). None otherwise: schedule step by step. It changes no
+        (``DecodeRunCache.decode_run_fits``). None otherwise: schedule step by step. It changes no
         request and no block: ``start_decode_run`` commits it or a truncation of it (if the free blocks
         hold it). None whenever the policy or the KV cache does not declare fast paths
         (``takes_decode_runs``). It keeps the rows' columns (``RunningDecodes``) until a step or an
         abort touches a running request, so the next plan reads only the requests admitted since."""
-        running = self.running
-        if not (running and self.takes_decode_runs):
+        running, kv = self.running, self._run_kv
+        if not running or kv is None:
             return None
         budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
         if len(self.waiting) or self.swapped or self._forks or len(running) > budget:
@@ -362,13 +369,15 @@ class Scheduler:
         if rows is None:
             return None
         run = rows.run(max_steps)
-        return run if self.kv.decode_run_fits(run) else None
+        return run if kv.decode_run_fits(run) else None
 
     def start_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
         """Reserve the KV slots of ``run`` (``plan_decode_run``'s, or a truncation of it); returns each
         step's KV usage as ``kv.usage(running)`` reads after that step. None, nothing changed, when the
         free blocks do not hold the run: schedule step by step."""
-        return self.kv.reserve_decode_run(run)
+        if self._run_kv is None:
+            raise TypeError(f"{type(self.kv).__name__} takes no decode runs here (takes_decode_runs is False)")
+        return self._run_kv.reserve_decode_run(run)
 
     def finish_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> list[Request]:
         """Append each row's sampled ``tokens`` (``num_steps[i]`` of them), finish the finishing rows and

@@ -12,7 +12,7 @@ from forge.core.fast_paths import declares_fast_paths
 from forge.core.outputs import SchedulerOutput
 from forge.models.base import ModelDims
 from forge.models.presets import model_dims
-from forge.sim.cost_model import BatchShape, CostModel, hardware_preset
+from forge.sim.cost_model import BatchShape, CostModel, FastCostModel, hardware_preset
 from forge.sim.profiled import ProfiledCostModel
 from forge.sim.roofline import RooflineCostModel
 
@@ -35,17 +35,30 @@ class Clock(ABC):
     @abstractmethod
     def step_finished(self, sched: SchedulerOutput) -> None: ...
 
-    def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
-        """For ``run``'s steps taken from now: the time each ends (what ``step_finished`` would advance
-        to), up to the first that ends at or after ``deadline`` (the step after it would see an
-        arrival). Nothing advances; ``wait_until`` the last commits them. Empty: this clock cannot
-        tell a step's time before it is taken (the wall clock's default). A fast path
-        (``forge.core.fast_paths``): the engine calls it only when the clock's own class sets
-        ``fast_paths = True``, promising the times are those ``step_finished`` would give."""
-        return []
-
     def bind(self, model: ModelDims) -> None:
         """Told the running model's dimensions once, before the first step."""
+
+
+class DecodeRunClock(ABC):
+    """The optional interface of a clock that can time a ``DecodeRun`` before it is taken, used by the
+    engine only when the clock's own class also sets ``fast_paths = True`` (``forge.core.fast_paths``),
+    promising the times are those ``step_finished`` would give.
+
+    - ``decode_runs``: whether it can time runs now (e.g. its cost model has that fast path).
+    - ``decode_step_ends(run, deadline)``: for ``run``'s steps taken from now, the time each ends, up to
+      the first that ends at or after ``deadline`` (the step after it would see an arrival). Nothing
+      advances; ``wait_until`` the last commits them. Empty: it cannot time this run.
+    - ``fast_path_components()``: the components whose declarations its fast paths rely on, by name."""
+
+    @property
+    @abstractmethod
+    def decode_runs(self) -> bool: ...
+
+    @abstractmethod
+    def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]: ...
+
+    @abstractmethod
+    def fast_path_components(self) -> dict[str, object]: ...
 
 
 class WallClock(Clock):
@@ -64,12 +77,13 @@ class WallClock(Clock):
         pass
 
 
-class PredictedClock(Clock):
+class PredictedClock(Clock, DecodeRunClock):
     """Simulated time: each step advances it by what ``cost_model`` predicts for the step's batch;
     waiting for an arrival jumps to it. A run is a pure function of its config.
 
-    ``fast_paths``: use the cost model's fast paths (``step_time_of``, ``decode_step_time``) where its
-    class declares them (``CostModel``); False (``engine.fast_paths=false``): ``step_time`` always."""
+    ``fast_paths``: use the cost model's fast paths (``FastCostModel``: ``step_time_of``,
+    ``decode_step_time``) where its class declares them; False (``engine.fast_paths=false``):
+    ``step_time`` always."""
 
     simulated = True
 
@@ -87,18 +101,32 @@ class PredictedClock(Clock):
     def wait_until(self, t: float) -> None:
         self._now = max(self._now, t)
 
-    def step_finished(self, sched: SchedulerOutput) -> None:
+    def _fast_cost(self) -> FastCostModel | None:
+        """The cost model when its fast paths may be taken, else None."""
         cost = self.cost_model
-        if self.fast_paths and declares_fast_paths(cost):
-            self._now += cost.step_time_of(sched)
+        if self.fast_paths and isinstance(cost, FastCostModel) and declares_fast_paths(cost):
+            return cost
+        return None
+
+    def step_finished(self, sched: SchedulerOutput) -> None:
+        fast = self._fast_cost()
+        if fast is not None:
+            self._now += fast.step_time_of(sched)
         else:
-            self._now += cost.step_time(BatchShape.of(sched))
+            self._now += self.cost_model.step_time(BatchShape.of(sched))
+
+    @property
+    def decode_runs(self) -> bool:
+        return self._fast_cost() is not None
+
+    def fast_path_components(self) -> dict[str, object]:
+        return {"cost model": self.cost_model}
 
     def decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
-        cost = self.cost_model
-        if not (self.fast_paths and declares_fast_paths(cost)):
+        fast = self._fast_cost()
+        if fast is None:
             return []
-        time_of = cost.decode_step_time
+        time_of = fast.decode_step_time
         t = self._now
         ends: list[float] = []
         append = ends.append

@@ -71,21 +71,24 @@ class BatchShape:
 
 
 class CostModel(ABC):
-    """Predicted seconds for one engine step: ``step_time`` of the step's ``BatchShape``.
-
-    Fast paths (``forge.core.fast_paths``): ``step_time_of(sched)`` (the step's time computed from the
-    ``SchedulerOutput`` directly) and ``decode_step_time`` (a step of plain decodes from two sums, for
-    decode runs) are called by a ``PredictedClock`` only when the cost model's own class sets
-    ``fast_paths = True``, promising both equal ``step_time`` bit for bit. For any other class (a
-    subclass inherits no declaration) the clock calls ``step_time(BatchShape.of(sched))`` every step."""
+    """Predicted seconds for one engine step: ``step_time`` of the step's ``BatchShape`` (what a
+    ``PredictedClock`` charges; its fast path is the optional ``FastCostModel`` interface below)."""
 
     @abstractmethod
     def step_time(self, batch: BatchShape) -> float: ...
 
-    def step_time_of(self, sched: SchedulerOutput) -> float:
-        return self.step_time(BatchShape.of(sched))
 
-    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
-        """``step_time_of`` a step of ``num_decodes`` plain decodes whose contexts after the step sum
-        to ``context_sum``, for a model that needs no more of such a step; None: it needs each row."""
-        return None
+class FastCostModel(ABC):
+    """The optional interface of a cost model with fast paths (``forge.core.fast_paths``), used by a
+    ``PredictedClock`` only when the cost model's own class also sets ``fast_paths = True``, promising
+    both equal ``step_time`` bit for bit:
+
+    - ``step_time_of(sched)``: the step's time computed from the ``SchedulerOutput`` directly;
+    - ``decode_step_time(num_decodes, context_sum)``: a step of ``num_decodes`` plain decodes whose
+      contexts after the step sum to ``context_sum`` (for decode runs); None: it needs each row."""
+
+    @abstractmethod
+    def step_time_of(self, sched: SchedulerOutput) -> float: ...
+
+    @abstractmethod
+    def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None: ...

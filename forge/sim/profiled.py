@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from forge.sim.cost_model import BatchShape, CostModel
+from forge.core.outputs import SchedulerOutput
+from forge.sim.cost_model import BatchShape, CostModel, FastCostModel
 
 PROFILE_FEATURES = (
     "num_seqs",
@@ -55,7 +56,7 @@ def _nnls(a: Any, b: Any) -> Any:
     return coef
 
 
-class ProfiledCostModel(CostModel):
+class ProfiledCostModel(CostModel, FastCostModel):
     """A linear model of measured step times: ``t = intercept + sum_k coef_k * feature_k`` over
     ``PROFILE_FEATURES``, fitted by non-negative least squares on relative error (steps more than
     3 MADs off, i.e. disturbed by the OS, dropped and the fit repeated) on a profile CSV written by
@@ -117,6 +118,9 @@ class ProfiledCostModel(CostModel):
         if not batch.query_lens:
             return 0.0
         return self.predict(batch_features(batch))
+
+    def step_time_of(self, sched: SchedulerOutput) -> float:
+        return self.step_time(BatchShape.of(sched))
 
     def decode_step_time(self, num_decodes: int, context_sum: int) -> float | None:
         n = num_decodes

@@ -6,10 +6,10 @@ from operator import mul
 
 from forge.core.outputs import SchedulerOutput
 from forge.models.base import ModelDims
-from forge.sim.cost_model import BatchShape, CostModel, Hardware
+from forge.sim.cost_model import BatchShape, CostModel, FastCostModel, Hardware
 
 
-class RooflineCostModel(CostModel):
+class RooflineCostModel(CostModel, FastCostModel):
     """max(compute time, memory time) + a fixed per-step overhead.
 
     Compute: 2 FLOPs per parameter per token for the linear layers (the LM head only for

@@ -7,7 +7,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from forge.core.outputs import SchedulerOutput
-from forge.sim.cost_model import BatchShape, CostModel
+from forge.sim.cost_model import BatchShape, CostModel, FastCostModel
 
 
 # not frozen: one is built per simulated step, and a frozen dataclass's __init__ costs several times a plain one's
@@ -59,7 +59,7 @@ class StepSums:
         return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts))
 
 
-class SummedCostModel(CostModel):
+class SummedCostModel(CostModel, FastCostModel):
     """A cost model computed from a step's ``StepSums`` (``time_of``); an empty step costs 0."""
 
     @abstractmethod
