@@ -54,6 +54,8 @@ def option_cases() -> dict[str, list[str]]:
         cases[f"workload={name}"] = [f"workload={name}", *size]
     for cost in ("roofline", "operators"):
         cases[f"clock.cost={cost}"] = ["clock.hardware=a100", f"clock.cost={cost}", *SMALL]
+    cases["backend=cpu"] = ["backend=cpu", *SMALL]
+    cases["model=tiny"] = ["model=tiny", "workload.num_requests=12", "workload.output_len.high=24"]  # no host path
     cases["preemption+swap"] = [*SMALL, "kvcache.num_blocks=40", "engine.preemption_mode=swap"]
     cases["prefix-caching"] = [*PREFIX, "kvcache.enable_prefix_caching=true"]
     return cases
