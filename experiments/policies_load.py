@@ -238,6 +238,7 @@ def interpretation(agg: pd.DataFrame, cap: pd.DataFrame, params: dict[str, Any])
     return [s for s in out if s]
 
 
+SETUP = "ShareGPT-like, Llama-3-8B on a simulated H100 (roofline)"
 PLOT_METRICS = [
     ("p50_ttft_ms", "P50 TTFT (ms, log)"),
     ("p90_ttft_ms", "P90 TTFT (ms, log)"),
@@ -252,11 +253,11 @@ def plots(df: pd.DataFrame, out: Path) -> None:
     logy = ("p50_ttft_ms", "p90_ttft_ms", "p99_itl_ms")
     xlabel = "request rate (req/s, log2)"
     for arr in ARRIVALS:
-        title = f"{arr} arrivals, mean ± 95% CI over seeds {SEEDS} (legend: scheduler)"
+        title = f"{SETUP}, {arr} arrivals, mean ± 95% CI over seeds {SEEDS} (legend: scheduler)"
         sub = df[df["arrivals"] == arr]
         lines(sub, "rate", xlabel, ["scheduler"], PLOT_METRICS, title, out / f"{arr}.png", True, logy, SLO_HLINES)
     both = df[df["scheduler"].isin(["fcfs", "sjf", "prefill_first"])]
-    title = "Poisson vs bursty for three policies, mean ± 95% CI (legend: scheduler, arrivals)"
+    title = f"{SETUP}, Poisson vs bursty for three policies, mean ± 95% CI (legend: scheduler, arrivals)"
     path = out / "poisson_vs_bursty.png"
     lines(both, "rate", xlabel, ["scheduler", "arrivals"], PLOT_METRICS, title, path, True, logy, SLO_HLINES)
 
