@@ -137,7 +137,7 @@ def run(out: Path, size: str) -> None:
 
 
 def plot(res: pd.DataFrame, out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     x = np.arange(len(res))
     bottom = np.zeros(len(res))
     for col, label in (
@@ -152,9 +152,12 @@ def plot(res: pd.DataFrame, out: Path) -> None:
     ax.bar(x + 0.2, res["paper_token_states_pct"], 0.4, color="black", alpha=0.35, label="paper: token states")
     ax.set_xticks(x, res["system"])
     ax.set_ylabel("% of KV memory in use")
-    ax.set_title(f"KV memory by use (left: forge, mean over seeds {SEEDS}, token states ± 95% CI; right: paper)")
+    ax.set_title(
+        f"KV memory by use: forge (left; mean over seeds {SEEDS}, ± 95% CI on token states)\n"
+        "vs the paper's token-state share (right)"
+    )
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(out / "kv_breakdown.png", dpi=100)
