@@ -64,6 +64,27 @@ def run_grid(name: str, base: Sequence[str], points: Sequence[Sequence[str]], n_
     return df
 
 
+# a request's schedule: equal in two runs iff they admitted, computed and finished every request at the same times
+SCHEDULE_COLUMNS = ["request_id", "first_scheduled_time", "first_token_time", "finish_time", "num_preemptions"]
+
+
+def same_schedule(run_a: str, run_b: str) -> bool:
+    """Whether two runs (``run_grid``'s ``run_dir``) scheduled every request identically, bit for bit."""
+    a, b = (
+        pd.read_parquet(Path(r) / "requests.parquet", columns=SCHEDULE_COLUMNS).sort_values("request_id")
+        for r in (run_a, run_b)
+    )
+    return a.reset_index(drop=True).equals(b.reset_index(drop=True))
+
+
+def same_as(name: str, base: Sequence[str], points: dict[str, list[str]], reference: str) -> dict[str, bool]:
+    """Run each named point once (after ``base``); for each one but ``reference``, whether it scheduled every
+    request exactly as ``reference`` did."""
+    df = run_grid(name, base, list(points.values()))
+    dirs = dict(zip(points, sorted(df["run_dir"]), strict=True))  # run_grid numbers runs in order: 000, 001, ...
+    return {k: same_schedule(dirs[reference], d) for k, d in dirs.items() if k != reference}
+
+
 def provenance() -> dict[str, str]:
     def git(*args: str) -> str:
         try:

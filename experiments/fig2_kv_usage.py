@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import run_grid, table, write_readme, write_results
+from experiments.common import run_grid, write_readme, write_results
+from experiments.seeds import CI_NOTE, SEEDS, aggregate, ci_table, with_seeds
 
 PAPER = {  # token states %, average batched requests (ShareGPT, 2 req/s) — secondary transcription
     "orca-max": (20.4, 7.00),
@@ -33,6 +34,17 @@ SYSTEMS = {
     ],
     "paged": ["kvcache=paged", "kvcache.block_size=16", f"kvcache.num_blocks={SLOTS // 16}"],
 }
+
+
+METRICS = [
+    "token_states_pct",
+    "reserved_pct",
+    "internal_frag_pct",
+    "external_frag_pct",
+    "mean_batch",
+    "p90_ttft_ms",
+    "num_preemptions",
+]
 
 
 def kv_shares(steps: pd.DataFrame) -> dict[str, float]:
@@ -67,24 +79,27 @@ def run(out: Path, size: str) -> None:
         "engine.max_num_batched_tokens=2560",
     ]
     names = list(SYSTEMS)
-    df = run_grid("fig2_kv_usage", base, [SYSTEMS[k] for k in names])
+    df = run_grid("fig2_kv_usage", base, with_seeds([SYSTEMS[k] for k in names]))
     rows = []
-    for name, (_, r) in zip(names, df.sort_values("run").iterrows(), strict=True):
+    runs = [(name, seed) for name in names for seed in SEEDS]  # with_seeds' order, which run_grid numbers
+    for (name, seed), (_, r) in zip(runs, df.sort_values("run").iterrows(), strict=True):
         shares = kv_shares(pd.read_parquet(Path(r["run_dir"]) / "steps.parquet"))
         rows.append(
             {
                 "system": name,
-                "paper_token_states_pct": PAPER[name][0],
+                "seed": seed,
                 **shares,
                 "mean_batch": r["mean_batch_size"],
-                "paper_mean_batch": PAPER[name][1],
-                "mean_running": r.get("mean_running", np.nan),
                 "p90_ttft_ms": r["p90_ttft_ms"],
                 "num_preemptions": r["num_preemptions"],
             }
         )
-    res = pd.DataFrame(rows)
+    per_seed = pd.DataFrame(rows)
+    res = aggregate(per_seed, ["system"], METRICS)
+    res["paper_token_states_pct"] = [PAPER[k][0] for k in res["system"]]
+    res["paper_mean_batch"] = [PAPER[k][1] for k in res["system"]]
     write_results(out, res)
+    per_seed.to_csv(out / "results_per_seed.csv", index=False)
     plot(res, out)
     write_readme(
         out,
@@ -93,35 +108,12 @@ def run(out: Path, size: str) -> None:
         "synthetic model charged as OPT-13B on a simulated A100-40GB (roofline), 15.7K KV slots as in the "
         "paper's Table 1, max_model_len 2048. Orca variants: contiguous first-fit arena at token granularity "
         "(block_size 1); paged: 16-token blocks. Shares are means over steps of the KV memory not free "
-        "(token states + reserved + internal + external fragmentation).",
+        "(token states + reserved + internal + external fragmentation). "
+        + CI_NOTE.format(seeds=", ".join(map(str, SEEDS))),
         [
             "## Results beside the paper",
             "",
-            table(
-                res,
-                [
-                    "system",
-                    "token_states_pct",
-                    "paper_token_states_pct",
-                    "reserved_pct",
-                    "internal_frag_pct",
-                    "external_frag_pct",
-                    "mean_batch",
-                    "paper_mean_batch",
-                    "num_preemptions",
-                ],
-                {
-                    c: ".1f"
-                    for c in [
-                        "token_states_pct",
-                        "paper_token_states_pct",
-                        "reserved_pct",
-                        "internal_frag_pct",
-                        "external_frag_pct",
-                    ]
-                }
-                | {"mean_batch": ".2f", "paper_mean_batch": ".2f"},
-            ),
+            ci_table(res, ["system", "paper_token_states_pct", "paper_mean_batch"], METRICS),
             "",
             "![KV breakdown](kv_breakdown.png)",
             "",
@@ -145,7 +137,7 @@ def run(out: Path, size: str) -> None:
 
 
 def plot(res: pd.DataFrame, out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     x = np.arange(len(res))
     bottom = np.zeros(len(res))
     for col, label in (
@@ -154,20 +146,25 @@ def plot(res: pd.DataFrame, out: Path) -> None:
         ("internal_frag_pct", "internal fragmentation"),
         ("external_frag_pct", "external fragmentation"),
     ):
-        ax.bar(x - 0.2, res[col], 0.4, bottom=bottom, label=label)
+        err = res[col + "_ci95"].fillna(0.0) if col == "token_states_pct" else None
+        ax.bar(x - 0.2, res[col], 0.4, bottom=bottom, label=label, yerr=err, capsize=3)
         bottom += res[col].to_numpy()
     ax.bar(x + 0.2, res["paper_token_states_pct"], 0.4, color="black", alpha=0.35, label="paper: token states")
     ax.set_xticks(x, res["system"])
     ax.set_ylabel("% of KV memory in use")
-    ax.set_title("KV memory by use (left: forge, right: paper's token-state share)")
+    ax.set_title(
+        f"KV memory by use: forge (left; mean over seeds {SEEDS}, ± 95% CI on token states)\n"
+        "vs the paper's token-state share (right)"
+    )
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(out / "kv_breakdown.png", dpi=100)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(x - 0.2, res["mean_batch"], 0.4, label="forge (simulated)")
+    err = res["mean_batch_ci95"].fillna(0.0)
+    ax.bar(x - 0.2, res["mean_batch"], 0.4, label="forge (simulated), mean ± 95% CI", yerr=err, capsize=3)
     ax.bar(x + 0.2, res["paper_mean_batch"], 0.4, label="paper Fig. 13")
     ax.set_xticks(x, res["system"])
     ax.set_ylabel("average batched requests")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
+
+from forge.results.stats import mean_ci95
+
+
+def mean_and_ci(g: pd.DataFrame, x: str, metric: str) -> tuple[list[float], list[float], list[float]]:
+    """Per x value of ``g``: the mean of ``metric`` and its 95% CI half-width (0 for a single value)."""
+    xs, means, half = [], [], []
+    for xv, rows in g.groupby(x, sort=True):
+        ci = mean_ci95([float(v) for v in rows[metric]])
+        xs.append(float(xv))  # type: ignore[arg-type]
+        means.append(ci.mean)
+        half.append(0.0 if math.isnan(ci.half_width) else ci.half_width)
+    return xs, means, half
 
 
 def lines(
@@ -26,7 +40,8 @@ def lines(
     hlines: dict[str, tuple[float, str]] | None = None,
 ) -> None:
     """``logy``: metrics drawn on a log y axis; ``hlines``: metric -> (y, label) reference line (an SLO).
-    Lines get distinct markers and dash styles so that policies with identical results stay visible."""
+    Lines get distinct markers and dash styles so that policies with identical results stay visible.
+    Several rows at one x in a group (seeds) are drawn as their mean with a 95% CI error bar."""
     markers = ("o", "s", "^", "v", "D", "x", "+", "*")
     styles = ("-", "--", "-.", ":")
     hlines = hlines or {}
@@ -34,9 +49,16 @@ def lines(
     for ax, (metric, label) in zip(axes[0], metrics, strict=True):
         for i, (key, g) in enumerate(df.groupby(list(group), sort=True)):
             name = ", ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
-            g = g.sort_values(x)
-            ax.plot(
-                g[x], g[metric], marker=markers[i % len(markers)], ls=styles[i % len(styles)], label=name, alpha=0.85
+            xs, means, half = mean_and_ci(g, x, metric)
+            ax.errorbar(
+                xs,
+                means,
+                yerr=half,
+                marker=markers[i % len(markers)],
+                ls=styles[i % len(styles)],
+                label=name,
+                alpha=0.85,
+                capsize=3,
             )
         if metric in hlines:
             y, text = hlines[metric]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.common import interpretation_and_results, run_grid, table, write_readme, write_results
+from experiments.common import interpretation_and_results, run_grid, write_readme, write_results
 from experiments.plots import lines
+from experiments.seeds import CI_NOTE, SEEDS, aggregate, ci, ci_table, with_seeds
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 
@@ -36,14 +37,14 @@ def simulate(size: str) -> tuple[pd.DataFrame, dict[str, object]]:
     points = [
         [f"kvcache.block_size={b}", f"kvcache.enable_prefix_caching={c}"] for c in ("true", "false") for b in sizes
     ]
-    df = run_grid("prefix_caching", base, points)
+    df = run_grid("prefix_caching", base, with_seeds(points))
     df = df.rename(columns={"kvcache.block_size": "block_size", "kvcache.enable_prefix_caching": "prefix_caching"})
     df["hit_rate"] = df["prefix_cache_hits"] / df["prefix_cache_queries"].where(df["prefix_cache_queries"] > 0)
     df["hit_rate"] = df["hit_rate"].fillna(0.0)
     # what full-block caching can reuse at most: the whole blocks of the shared prefix over the mean prompt
     df["hit_rate_bound"] = (PREFIX_LEN // df["block_size"]) * df["block_size"] / (PREFIX_LEN + MEAN_SUFFIX)
     df.loc[~df["prefix_caching"].astype(bool), "hit_rate_bound"] = 0.0
-    df = df.sort_values(["prefix_caching", "block_size"], ascending=[False, True]).reset_index(drop=True)
+    df = df.sort_values(["prefix_caching", "block_size", "seed"], ascending=[False, True, True]).reset_index(drop=True)
     return df, {"n": n}
 
 
@@ -68,12 +69,14 @@ def interpretation(df: pd.DataFrame, params: dict[str, object]) -> list[str]:
         )
     common = sorted(set(on.index) & set(off.index))
     if common:
+        b0 = common[0]
         r50 = (off.loc[common, "p50_ttft_ms"] / on.loc[common, "p50_ttft_ms"]).astype(float)
         r90 = (off.loc[common, "p90_ttft_ms"] / on.loc[common, "p90_ttft_ms"]).astype(float)
         out.append(
             f"Caching cuts P50 TTFT by {r50.min():.1f}-{r50.max():.1f}x and P90 TTFT by {r90.min():.1f}-"
-            f"{r90.max():.1f}x across block sizes: a hit skips the prefill of ~1000 of ~1072 prompt tokens, "
-            "so only the suffix is computed."
+            f"{r90.max():.1f}x across block sizes (ratios of means; at block size {b0} P50 TTFT is "
+            f"{ci(on.loc[b0], 'p50_ttft_ms')} ms on vs {ci(off.loc[b0], 'p50_ttft_ms')} ms off): a hit skips the "
+            "prefill of ~1000 of ~1072 prompt tokens, so only the suffix is computed."
         )
         spread_off = off.loc[common, "p50_ttft_ms"].max() / off.loc[common, "p50_ttft_ms"].min()
         spread_on = on.loc[common, "p50_ttft_ms"].max() / on.loc[common, "p50_ttft_ms"].min()
@@ -82,7 +85,7 @@ def interpretation(df: pd.DataFrame, params: dict[str, object]) -> list[str]:
             f"{spread_off:.2f}x without): the simulated clock charges compute by tokens, not blocks, the up to "
             f"{max(PREFIX_LEN % int(b) for b in common)} uncached prefix tokens of large blocks cost little next to "
             "a step's weight reads, and the H100's KV pool is far from full "
-            f"({int(df['num_preemptions'].sum())} preemptions)."
+            f"({df['num_preemptions'].max():g} preemptions per run at most)."
         )
         out.append(
             f"Decodes benefit too: mean TPOT is {on['mean_tpot_ms'].mean():.1f} ms with caching vs "
@@ -97,19 +100,14 @@ def interpretation(df: pd.DataFrame, params: dict[str, object]) -> list[str]:
     return out
 
 
+COLS = ["hit_rate", "hit_rate_bound", "p50_ttft_ms", "p90_ttft_ms", "mean_tpot_ms", "request_throughput"]
+KEYS = ["prefix_caching", "block_size"]
+
+
 def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None:
-    cols = [
-        "prefix_caching",
-        "block_size",
-        "hit_rate",
-        "hit_rate_bound",
-        "p50_ttft_ms",
-        "p90_ttft_ms",
-        "mean_tpot_ms",
-        "request_throughput",
-        "num_preemptions",
-    ]
-    write_results(out, df, cols)
+    agg = aggregate(df, KEYS, [*COLS, "num_preemptions"])
+    write_results(out, agg)
+    df[[*KEYS, "seed", *COLS, "num_preemptions"]].to_csv(out / "results_per_seed.csv", index=False)
     plot_df = df.assign(caching=df["prefix_caching"].map({True: "caching on", False: "caching off"}))
     lines(
         plot_df,
@@ -121,7 +119,8 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
             ("p50_ttft_ms", "P50 TTFT (ms, log)"),
             ("p90_ttft_ms", "P90 TTFT (ms, log)"),
         ],
-        "Prefix caching vs block size, shared-prefix workload, Llama-3-8B on simulated H100",
+        f"Prefix caching vs block size, shared-prefix workload, Llama-3-8B on simulated H100, mean ± 95% CI over "
+        f"seeds {SEEDS}",
         out / "vs_block_size.png",
         logx=True,
         logy=("p50_ttft_ms", "p90_ttft_ms"),
@@ -134,12 +133,11 @@ def write_report(df: pd.DataFrame, params: dict[str, object], out: Path) -> None
         "caching on/off; synthetic model charged as Llama-3-8B on a simulated H100 (roofline clock, "
         "deterministic), max_num_seqs 128, 2048 tokens per step. Hit rate = cached prompt tokens / prompt "
         "tokens looked up (`prefix_cache_hits / prefix_cache_queries`). Only full blocks are cached, so a "
-        f"{PREFIX_LEN}-token prefix reuses floor({PREFIX_LEN} / block_size) blocks (`hit_rate_bound`).",
+        f"{PREFIX_LEN}-token prefix reuses floor({PREFIX_LEN} / block_size) blocks (`hit_rate_bound`). "
+        + CI_NOTE.format(seeds=", ".join(map(str, SEEDS))),
         [
             "![block size](vs_block_size.png)",
             "",
-            *interpretation_and_results(
-                interpretation(df, params), table(df, cols, {"hit_rate": ".3f", "hit_rate_bound": ".3f"})
-            ),
+            *interpretation_and_results(interpretation(agg, params), ci_table(agg, KEYS, [*COLS, "num_preemptions"])),
         ],
     )

@@ -1,16 +1,28 @@
-"""A study regenerates its report end to end (tiny size, into a temporary directory)."""
+"""A study regenerates its report end to end (tiny size, into a temporary directory); the studies that
+compare options run every configuration with each of ``experiments.seeds.SEEDS`` (at least 3) and report
+the mean ± 95% CI over them."""
 
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 
 def test_fig2_study_tiny(tmp_path) -> None:
     from experiments.run import main
 
     main(["fig2_kv_usage", "--size", "tiny", "--out", str(tmp_path)])
+    from experiments.seeds import SEEDS
+
     res = pd.read_csv(tmp_path / "results.csv")
     assert list(res["system"]) == ["orca-max", "orca-pow2", "orca-oracle", "paged"]
+    assert len(SEEDS) >= 3 and (res["n_seeds"] == len(SEEDS)).all()
+    per_seed = pd.read_csv(tmp_path / "results_per_seed.csv")
+    paged = per_seed[per_seed["system"] == "paged"]
+    assert sorted(paged["seed"]) == sorted(SEEDS)
+    assert res.loc[res["system"] == "paged", "token_states_pct"].item() == pytest.approx(
+        paged["token_states_pct"].mean()
+    )
     # the ordering the vLLM paper reports: max < pow2 < oracle < paged token-state share
     assert res["token_states_pct"].is_monotonic_increasing
     assert res.loc[res["system"] == "paged", "token_states_pct"].item() > 90
@@ -37,3 +49,37 @@ def test_kv_memory_study_tiny(tmp_path) -> None:
     assert pd.read_csv(tmp_path / "window.csv")["same_tokens_as_off"].all()
     readme = (tmp_path / "README.md").read_text()
     assert "python -m experiments.run" in readme and "commit" in readme and "load average" in readme
+
+
+def test_policies_load_study_tiny_reports_seeds_and_cis(tmp_path) -> None:
+    from experiments.run import main
+    from experiments.seeds import SEEDS
+
+    main(["policies_load", "--size", "tiny", "--out", str(tmp_path)])
+    per_seed = pd.read_csv(tmp_path / "results_per_seed.csv")
+    assert len(SEEDS) >= 3
+    # every configuration ran once per seed, and the table averages those runs with a 95% CI
+    seeds = per_seed.groupby(["scheduler", "arrivals", "rate"])["seed"].apply(sorted)
+    assert len(seeds) == 8 and all(s == sorted(SEEDS) for s in seeds)  # 4 policies x 2 arrival processes x 1 rate
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert (res["n_seeds"] == len(SEEDS)).all()
+    fcfs = per_seed[(per_seed["scheduler"] == "fcfs") & (per_seed["arrivals"] == "poisson")]["p50_ttft_ms"]
+    row = res[(res["scheduler"] == "fcfs") & (res["arrivals"] == "poisson")].iloc[0]
+    assert row["p50_ttft_ms"] == pytest.approx(fcfs.mean())
+    assert row["p50_ttft_ms_ci95"] > 0
+    readme = (tmp_path / "README.md").read_text()
+    assert " ± " in readme and "95% confidence interval" in readme
+    # the policies left out are checked, in the run, to schedule exactly as fcfs
+    assert "decode_first, lpm, sarathi scheduled every request exactly as fcfs did" in readme
+
+
+def test_chunked_prefill_study_tiny_reports_seeds_and_cis(tmp_path) -> None:
+    from experiments.run import main
+    from experiments.seeds import SEEDS
+
+    main(["chunked_prefill", "--size", "tiny", "--out", str(tmp_path)])
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert set(res["scheduler"]) == {"sarathi", "prefill_first"} and (res["n_seeds"] == len(SEEDS)).all()
+    assert len(pd.read_csv(tmp_path / "results_per_seed.csv")) == len(res) * len(SEEDS)
+    readme = (tmp_path / "README.md").read_text()
+    assert "fcfs, decode_first scheduled every request exactly as sarathi did" in readme and " ± " in readme
