@@ -219,3 +219,28 @@ def test_bad_limit_settings_are_refused(fields: dict[str, Any], message: str) ->
 def test_good_proxy_settings_are_taken() -> None:
     for proxies in (["*"], ["127.0.0.1", "::1", "10.0.0.0/8", "fd00::/8"]):
         assert ServerSettings(trusted_proxies=proxies).trusted_proxies == proxies
+
+
+def long_chat(n: int, bad_at: int | None = None) -> dict[str, Any]:
+    messages: list[Any] = [{"role": "user", "content": ""} for _ in range(n)]
+    if bad_at is not None:
+        messages[bad_at] = {"role": "robot", "content": ""}
+    return chat(messages=messages, max_tokens=1)
+
+
+LONG_LISTS = [  # past bodies.ITEM_BY_ITEM (256) the items are validated one at a time: the same answers
+    ("257-messages", long_chat(257), 200, None),
+    ("257-messages-last-bad", long_chat(257, 256), 400, "messages.256.role"),
+    ("257-messages-first-bad", long_chat(257, 0), 400, "messages.0.role"),
+    ("300-tools-one-bad", chat(tools=[tool({"type": "object"})] * 299 + [{"type": "fn"}]), 400, "tools.299.type"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [c[1:] for c in LONG_LISTS], ids=[c[0] for c in LONG_LISTS])
+def test_long_lists_of_messages_and_tools_are_validated_as_before(
+    client: httpx.Client, body: dict[str, Any], status: int, param: str | None
+) -> None:
+    r = client.post(CHAT, json=body)
+    check_answer(r, frozenset({status}), param)
+    if param is not None:
+        assert r.json()["error"]["param"] == param, r.json()

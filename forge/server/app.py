@@ -34,6 +34,7 @@ from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloade
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
 from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.bodies import OffLoopBodyRoute
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router
@@ -494,6 +495,7 @@ def build_app(
             log.error("engine shut down with a leak: %s", state.engine.leak)
 
     app = FastAPI(title="forge", lifespan=lifespan, responses=ERROR_RESPONSES)
+    app.router.route_class = OffLoopBodyRoute  # bodies parsed and validated on a worker thread
     app.state.forge = state
     app.state.shutdown = control
     # AccessGuard is outermost: an unauthenticated or rate-limited request's body is never read.

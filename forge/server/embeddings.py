@@ -23,6 +23,7 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
+from forge.server.bodies import OffLoopBodyRoute
 from forge.server.generation import EngineLimits, check_encodable, check_model
 from forge.server.protocol import APIError, EmbeddingRequest
 from forge.tokenizers.base import Tokenizer
@@ -179,7 +180,7 @@ def _answer(
 
 def embeddings_router(service: EmbeddingService) -> APIRouter:
     """The ``/v1/embeddings`` route, and (``handler``) the same answer for batch lines."""
-    router = APIRouter()
+    router = APIRouter(route_class=OffLoopBodyRoute)
     ids = itertools.count()
 
     @router.post("/v1/embeddings")

@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from forge.server.bodies import OffLoopBodyRoute
 from forge.server.generation import EngineLimits, RequestBuilder, check_encodable, check_model
 from forge.server.nesting import check_embedded_json
 from forge.server.protocol import APIError, ChatCompletionRequest, DetokenizeRequest, TokenizeRequest
@@ -23,7 +24,7 @@ from forge.server.tools import tool_plan
 
 def tokenize_router(builder: RequestBuilder, limits: EngineLimits, model_name: str, max_nesting: int) -> APIRouter:
     """The two routes over the server's request builder (its tokenizer and chat rendering)."""
-    router = APIRouter()
+    router = APIRouter(route_class=OffLoopBodyRoute)
     tokenizer = builder.tokenizer
 
     def tokens(body: TokenizeRequest) -> JSONResponse:
