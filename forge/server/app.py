@@ -72,7 +72,7 @@ from forge.server.responses import (
 from forge.server.sequences import best_choices, sequence_plan
 from forge.server.settings import ServerSettings
 from forge.server.tokenize import tokenize_router
-from forge.server.tools import ToolStream, tool_plan
+from forge.server.tools import ToolPlan, ToolStream, tool_plan
 from forge.server.version import version_router
 from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
@@ -360,6 +360,12 @@ async def _completions(state: ServerState, body: CompletionRequest, token_ids: b
     return await _json_response(gen, base, whole)
 
 
+def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> tuple[ToolPlan | None, tuple[list[int], str]]:
+    """The tool plan (the tools' schemas checked) and the rendered prompt (on a worker thread)."""
+    plan = tool_plan(body, state.settings.tool_call_parser)
+    return plan, state.builder.chat_prompt(body, plan.tools if plan is not None else None)
+
+
 async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     """As ``_completions``: the checks, the tool schemas' checks and the template render run on a worker thread."""
     b = state.builder
@@ -368,10 +374,9 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise APIError("prompt_logprobs is returned by non-streaming chat completions only", param="prompt_logprobs")
-    plan = await asyncio.to_thread(tool_plan, body, state.settings.tool_call_parser)
+    plan, prompt = await asyncio.to_thread(_chat_prompt, state, body)
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt = await asyncio.to_thread(b.chat_prompt, body, plan.tools if plan is not None else None)
     spec = plan.spec if plan is not None else None
     choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec, body.prompt_logprobs)
     cid = b.next_id("chatcmpl")

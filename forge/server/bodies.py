@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+INLINE_BYTES = 1 << 16  # bodies up to this size are parsed on the event loop (a few ms at most)
 ITEM_BY_ITEM = 256  # lists of models longer than this are validated an item at a time
 
 
@@ -115,7 +116,10 @@ class OffLoopBodyRoute(APIRoute):
                 return await handle(request)
             raw = await request.body()
             try:
-                value = await asyncio.to_thread(_parse, body_model, raw) if raw else None
+                if len(raw) <= INLINE_BYTES:  # a thread's hand-off would cost more than the parse
+                    value = _parse(body_model, raw) if raw else None
+                else:
+                    value = await asyncio.to_thread(_parse, body_model, raw)
             except RequestValidationError:
                 raise
             except ValueError:  # not UTF-8 or UTF-16/32: FastAPI's own answer
