@@ -17,6 +17,8 @@ CMPL = "/v1/completions"
 CHAT = "/v1/chat/completions"
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
+GENERATE = "/generate"
+EMBEDDINGS = "/v1/embeddings"
 JSON_TYPE = "application/json"
 
 NAN = float("nan")
@@ -305,6 +307,18 @@ def body_cases() -> list[Case]:
         bad("detokenize-2^64", {"tokens": [1, I64]}, "tokens", DETOKENIZE),
         bad("detokenize-str", {"tokens": "abc"}, "tokens", DETOKENIZE),
         bad("detokenize-float", {"tokens": [1.5]}, "tokens", DETOKENIZE),
+        bad("detokenize-int-as-str", {"tokens": ["5"]}, "tokens", DETOKENIZE),
+        bad("detokenize-int-as-float", {"tokens": [72, 5.0]}, "tokens", DETOKENIZE),
+        bad("detokenize-bool", {"tokens": [True]}, "tokens", DETOKENIZE),
+        bad("detokenize-unknown-field", {"tokens": [72], "frobnicate": 1}, "frobnicate", DETOKENIZE),
+        bad("tokenize-unknown-field", {"prompt": "x", "frobnicate": 1}, "frobnicate", TOKENIZE),
+        bad("tokenize-chat_template", {"prompt": "x", "chat_template": "{{ 1 }}"}, "chat_template", TOKENIZE),
+        bad(
+            "tokenize-add_special_tokens-str",
+            {"prompt": "x", "add_special_tokens": "false"},
+            "add_special_tokens",
+            TOKENIZE,
+        ),
         Case("detokenize-100k-ids", DETOKENIZE, {"tokens": [72] * 100_000}, expect=OK),
     ]
 
@@ -359,3 +373,100 @@ CASES: tuple[Case, ...] = (
     *route_cases(),
     *bearer_cases(),
 )
+
+
+# -- issue 40: JSON nested past server.max_json_nesting (64), in the body or in JSON text a body carries
+DEEP = 950  # the campaign's depth for schemas (Python's recursion limit is 1000)
+DEEPEST = 100_000  # and for whole bodies
+SLOT = "@@deep@@"
+
+
+def deep_schema(levels: int) -> str:
+    """A valid JSON schema whose text nests ``levels`` deep (odd: a chain of ``properties``)."""
+    half = (levels - 1) // 2
+    return '{"type":"object","properties":{"a":' * half + '{"type":"string"}' + "}}" * half
+
+
+def items_schema(levels: int) -> str:
+    """A valid JSON schema whose text nests exactly ``levels`` deep (a chain of array ``items``)."""
+    return '{"type":"array","items":' * (levels - 1) + '{"type":"string"}' + "}" * (levels - 1)
+
+
+def deep_array(levels: int) -> str:
+    """``[[...[1]...]]``, ``levels`` deep."""
+    return "[" * levels + "1" + "]" * levels
+
+
+def with_deep(body: dict[str, Any], text: str, as_string: bool = False) -> bytes:
+    """``body`` as JSON with the value ``"@@deep@@"`` replaced by the JSON text ``text`` (or by a
+    string holding it): no JSON encoder can write such a body, it recurses."""
+    value = json.dumps(text) if as_string else text
+    return json.dumps(body).replace(json.dumps(SLOT), value).encode()
+
+
+def tool(parameters: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": parameters}}
+
+
+def named(name: str = "f") -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+def call_message(arguments: Any) -> list[dict[str, Any]]:
+    """A chat whose assistant turn made a call with ``arguments`` (JSON text), and its result."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "ok", "tool_call_id": "c1"},
+    ]
+
+
+@dataclass(frozen=True)
+class Deep:
+    """A body nested past the limit (``raw``); ``param``: what the 400 must name (None: the body)."""
+
+    id: str
+    path: str
+    raw: bytes
+    param: str | None = None
+    content_type: str = JSON_TYPE
+
+
+def nesting_cases() -> list[Deep]:
+    schema, array = deep_schema(DEEP), deep_array(DEEPEST)
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": SLOT}}
+    msgs = call_message(SLOT)
+    return [
+        Deep("body-100k", CMPL, with_deep(cmpl(prompt=SLOT), array)),
+        Deep("body-100k-unclosed", CMPL, b"[" * DEEPEST),
+        Deep("generate-100k", GENERATE, with_deep({"prompt": SLOT}, array)),
+        Deep("generate-100k-form-type", GENERATE, with_deep({"prompt": SLOT}, array), content_type="text/plain"),
+        Deep("response_format-950", CMPL, with_deep(cmpl(response_format=rf), schema)),
+        Deep("json_schema-950", CMPL, with_deep(cmpl(json_schema=SLOT), schema)),
+        Deep("guided_json-950", CMPL, with_deep(cmpl(guided_json=SLOT), schema)),
+        Deep("guided_json-text-100k", CMPL, with_deep(cmpl(guided_json=SLOT), array, True), "guided_json"),
+        Deep("structured_outputs-950", CMPL, with_deep(cmpl(structured_outputs={"json": SLOT}), schema)),
+        Deep(
+            "structured_outputs-text-100k",
+            CMPL,
+            with_deep(cmpl(structured_outputs={"json": SLOT}), array, True),
+            "structured_outputs",
+        ),
+        Deep("tools-950", CHAT, with_deep(chat(tools=[tool(SLOT)]), schema)),
+        Deep("tools-named-950", CHAT, with_deep(chat(tools=[tool(SLOT)], tool_choice=named()), schema)),
+        Deep("tools-required-950", CHAT, with_deep(chat(tools=[tool(SLOT)], tool_choice="required"), schema)),
+        Deep("tool-call-arguments-100k", CHAT, with_deep(chat(messages=msgs), array, True), "messages.1.tool_calls"),
+        Deep("tokenize-tools-950", TOKENIZE, with_deep({"messages": msgs[:1], "tools": [tool(SLOT)]}, schema)),
+        Deep(
+            "tokenize-tool-call-arguments-100k",
+            TOKENIZE,
+            with_deep({"messages": msgs}, array, True),
+            "messages.1.tool_calls",
+        ),
+        Deep("detokenize-100k", DETOKENIZE, with_deep({"tokens": SLOT}, array)),
+        Deep("embeddings-100k", EMBEDDINGS, with_deep({"model": MODEL, "input": SLOT}, array)),
+    ]
+
+
+NESTING_CASES: tuple[Deep, ...] = tuple(nesting_cases())

@@ -169,6 +169,35 @@ def test_routing_and_parse_errors_are_in_openai_shape(server: BackgroundServer) 
         assert error_of(r, 405)["code"] == "method_not_allowed" and r.headers["allow"] == "GET", path
 
 
+MALFORMED_HTTP = [
+    ("request-line", b"BLAH\r\n\r\n"),
+    ("header-without-colon", b"GET /health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
+    ("bad-content-length", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"),
+    ("two-content-lengths", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"),
+    ("no-host", b"GET /health HTTP/1.1\r\n\r\n"),
+    ("bad-chunk-size", b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+    ("head-past-max_header_bytes", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000),
+    ("binary", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"),  # a TLS hello
+]
+
+
+@pytest.mark.parametrize("raw", [c[1] for c in MALFORMED_HTTP], ids=[c[0] for c in MALFORMED_HTTP])
+def test_malformed_http_gets_a_400_in_openai_shape(server: BackgroundServer, raw: bytes) -> None:
+    """What is not valid HTTP/1.1 is answered 400 in OpenAI's error shape (uvicorn's is plain text),
+    and the connection is closed."""
+    with raw_connection(server) as sock:
+        sock.sendall(raw)
+        reply = read_until_closed(sock)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:300]
+    assert b"content-type: application/json" in head.lower(), head
+    if b"transfer-encoding: chunked" in head.lower():
+        body = b"".join(body.split(b"\r\n")[1::2])
+    err = json.loads(body)["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == "invalid_http", err
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
 def test_long_model_names_are_cut_in_errors(server: BackgroundServer) -> None:
     name = "m" * 1_000_000
     for path, body in (("/v1/completions", {**GOOD, "model": name}), ("/tokenize", {"model": name, "prompt": "a"})):
@@ -215,8 +244,9 @@ def test_engine_failures_do_not_leak_library_text(monkeypatch: pytest.MonkeyPatc
         error_of(r, r.status_code)
 
 
-# -- item 8: SIGTERM drains open streams ------------------------------------------------------
-def test_sigterm_sends_each_open_stream_its_final_chunk(tmp_path: Path) -> None:
+# -- item 8: SIGTERM (and, issue 40, SIGHUP) drains open streams --------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_sends_each_open_stream_its_final_chunk(tmp_path: Path, sig: signal.Signals) -> None:
     cmd = [
         sys.executable,
         "run.py",
@@ -234,9 +264,9 @@ def test_sigterm_sends_each_open_stream_its_final_chunk(tmp_path: Path) -> None:
             events = r.iter_lines()
             first = next(e for e in events if e.startswith("data: "))
             assert json.loads(first[6:])["choices"][0]["finish_reason"] is None
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             rest = [e[6:] for e in events if e.startswith("data: ")]
         assert rest[-1] == "[DONE]", rest[-3:]
         final = json.loads(rest[-2])["choices"][0]
         assert final["finish_reason"] == "abort", final
-        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it caught
+        assert proc.wait(timeout=60) in (0, -sig)  # uvicorn re-raises the signal it caught

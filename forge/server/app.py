@@ -34,6 +34,7 @@ from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloade
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
 from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.bodies import OffLoopBodyRoute
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router
@@ -44,21 +45,19 @@ from forge.server.generation import (
     Delta,
     EngineLimits,
     RequestBuilder,
-    check_encodable,
-    check_model,
     engine_requests,
 )
 from forge.server.launch import ForgeServer, uvicorn_config
 from forge.server.limits import BodyLimits
 from forge.server.metrics import ServerMetrics
+from forge.server.nesting import check_embedded_json
 from forge.server.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
-    DetokenizeRequest,
     EmbeddingRequest,
+    SamplingFields,
     StreamOptions,
-    TokenizeRequest,
 )
 from forge.server.responses import (
     SSE_DONE,
@@ -72,7 +71,8 @@ from forge.server.responses import (
 )
 from forge.server.sequences import best_choices, sequence_plan
 from forge.server.settings import ServerSettings
-from forge.server.tools import ToolStream, tool_plan
+from forge.server.tokenize import tokenize_router
+from forge.server.tools import ToolPlan, ToolStream, tool_plan
 from forge.server.version import version_router
 from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
@@ -271,10 +271,17 @@ def _sse_response(
     return StreamingResponse(stream(), media_type="text/event-stream")
 
 
+def _check(state: ServerState, body: SamplingFields) -> None:
+    """The checks that walk the whole body (run on a worker thread: a body may hold megabytes)."""
+    state.builder.check_common(body)
+    check_embedded_json(body, state.settings.max_json_nesting)
+
+
 async def _completions(state: ServerState, body: CompletionRequest, token_ids: bool = False) -> Response:
-    """``token_ids``: each non-streamed choice also carries its generated ids (``/generate``'s ``tokens``)."""
+    """``token_ids``: each non-streamed choice also carries its generated ids (``/generate``'s ``tokens``).
+    What costs CPU in proportion to the body (checks, tokenizing) runs on a worker thread."""
     b = state.builder
-    b.check_common(body)
+    await asyncio.to_thread(_check, state, body)
     if body.suffix:
         raise APIError("suffix is not supported", param="suffix")
     plan = sequence_plan(body, state.settings.max_n)
@@ -282,7 +289,7 @@ async def _completions(state: ServerState, body: CompletionRequest, token_ids: b
     engine_prompt_k = max((k for k in (body.prompt_logprobs, echo_logprobs_k) if k is not None), default=None)
     # best_of ranks by the sampled tokens' logprobs: the engine returns them even when not asked for
     engine_k = body.logprobs if body.logprobs is not None or not plan.picks_best else 0
-    prompts = b.completion_prompts(body)
+    prompts = await asyncio.to_thread(b.completion_prompts, body)
     choices = await b.choices(
         body, prompts, body.max_tokens, 16, engine_k, None, engine_prompt_k, plan.num_sequences, plan.beam
     )
@@ -353,17 +360,23 @@ async def _completions(state: ServerState, body: CompletionRequest, token_ids: b
     return await _json_response(gen, base, whole)
 
 
+def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> tuple[ToolPlan | None, tuple[list[int], str]]:
+    """The tool plan (the tools' schemas checked) and the rendered prompt (on a worker thread)."""
+    plan = tool_plan(body, state.settings.tool_call_parser)
+    return plan, state.builder.chat_prompt(body, plan.tools if plan is not None else None)
+
+
 async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
+    """As ``_completions``: the checks, the tool schemas' checks and the template render run on a worker thread."""
     b = state.builder
-    b.check_common(body)
+    await asyncio.to_thread(_check, state, body)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError("top_logprobs needs logprobs=true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise APIError("prompt_logprobs is returned by non-streaming chat completions only", param="prompt_logprobs")
-    plan = tool_plan(body, state.settings.tool_call_parser)
+    plan, prompt = await asyncio.to_thread(_chat_prompt, state, body)
     engine_logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt = b.chat_prompt(body, plan.tools if plan is not None else None)
     spec = plan.spec if plan is not None else None
     choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec, body.prompt_logprobs)
     cid = b.next_id("chatcmpl")
@@ -487,10 +500,16 @@ def build_app(
             log.error("engine shut down with a leak: %s", state.engine.leak)
 
     app = FastAPI(title="forge", lifespan=lifespan, responses=ERROR_RESPONSES)
+    app.router.route_class = OffLoopBodyRoute  # bodies parsed and validated on a worker thread
     app.state.forge = state
     app.state.shutdown = control
     # AccessGuard is outermost: an unauthenticated or rate-limited request's body is never read.
-    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    app.add_middleware(
+        BodyLimits,
+        max_bytes=settings.max_body_bytes,
+        timeout_s=settings.body_timeout_s,
+        max_nesting=settings.max_json_nesting,
+    )
     app.add_middleware(AccessGuard, state=state)
     install_error_handlers(app)
     app.include_router(embeddings_router(embedder))
@@ -538,34 +557,7 @@ def build_app(
     async def chat(body: ChatCompletionRequest) -> Response:
         return await _chat(state, body)
 
-    @app.post("/tokenize")
-    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
-        check_model(body.model, name)
-        check_encodable(body)
-        if (body.prompt is None) == (body.messages is None):
-            raise APIError("give exactly one of prompt and messages", param="prompt")
-        if body.prompt is not None:
-            ids = engine.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
-        else:
-            chat_body = ChatCompletionRequest(
-                model=name,
-                messages=body.messages or [],
-                add_generation_prompt=body.add_generation_prompt,
-                tools=body.tools,
-                tool_choice="none" if body.tools else None,
-            )
-            plan = tool_plan(chat_body, None)
-            ids, _ = builder.chat_prompt(chat_body, plan.tools if plan is not None else None)
-        return {"tokens": ids, "count": len(ids), "max_model_len": limits.max_model_len}
-
-    @app.post("/detokenize")
-    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
-        check_model(body.model, name)
-        bad = [t for t in body.tokens if not 0 <= t < limits.vocab_size]
-        if bad:
-            raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
-        return {"prompt": engine.tokenizer.decode(body.tokens)}
-
+    app.include_router(tokenize_router(builder, limits, name, settings.max_json_nesting))
     app.include_router(files_router(files))
     app.include_router(batches_router(runner))
     app.include_router(generate_router(lambda body: _completions(state, body, token_ids=True), name))

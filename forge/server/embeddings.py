@@ -23,6 +23,7 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
+from forge.server.bodies import OffLoopBodyRoute
 from forge.server.generation import EngineLimits, check_encodable, check_model
 from forge.server.protocol import APIError, EmbeddingRequest
 from forge.tokenizers.base import Tokenizer
@@ -144,18 +145,25 @@ def embedding_service(
 
 async def create_embeddings(service: EmbeddingService, body: EmbeddingRequest, request_id: str) -> JSONResponse:
     """OpenAI's ``/v1/embeddings`` answer to ``body`` (the route's and a batch line's); ``user`` is
-    accepted and changes nothing."""
+    accepted and changes nothing. The inputs' checks and tokenizing, and the answer's JSON, run on a
+    worker thread (2,048 inputs, or as many vectors, would hold up the event loop)."""
     body.check_known_fields()
     check_model(body.model, service.model_name)
-    check_encodable(body)
+    await asyncio.to_thread(check_encodable, body)
     if body.dimensions is not None and body.dimensions != service.hidden_size:
         raise APIError(
             f"dimensions={body.dimensions} is not supported: this model's embeddings have "
             f"{service.hidden_size} dimensions and are not trained to be truncated",
             param="dimensions",
         )
-    prompts = service.prompts(body)
+    prompts = await asyncio.to_thread(service.prompts, body)
     vectors = await service.embed(prompts, request_id, body.priority)
+    return await asyncio.to_thread(_answer, service, body, prompts, vectors)
+
+
+def _answer(
+    service: EmbeddingService, body: EmbeddingRequest, prompts: list[list[int]], vectors: list[list[float]]
+) -> JSONResponse:
     data = [
         {"object": "embedding", "index": i, "embedding": encode(v, body.encoding_format)} for i, v in enumerate(vectors)
     ]
@@ -172,7 +180,7 @@ async def create_embeddings(service: EmbeddingService, body: EmbeddingRequest, r
 
 def embeddings_router(service: EmbeddingService) -> APIRouter:
     """The ``/v1/embeddings`` route, and (``handler``) the same answer for batch lines."""
-    router = APIRouter()
+    router = APIRouter(route_class=OffLoopBodyRoute)
     ids = itertools.count()
 
     @router.post("/v1/embeddings")

@@ -1,17 +1,19 @@
-"""Connection-level limits: how long a request's headers and body may take to arrive and how
-large the body may be (``server.header_timeout_s``, ``server.body_timeout_s``,
-``server.max_body_bytes``).
+"""Connection-level limits: how long a request's headers and body may take to arrive, how
+large the body may be and how deeply it may nest (``server.header_timeout_s``,
+``server.body_timeout_s``, ``server.max_body_bytes``, ``server.max_json_nesting``).
 
 ``BodyLimits`` is ASGI middleware: it reads the whole body before the app sees the request
 (413 as soon as the declared or received size passes the limit, 408 when the body is not
-complete in time) and replays it, so no handler ever parses an oversized body or waits on a
-client that stopped sending. ``header_timeout_protocol`` is uvicorn's h11 protocol with a
-deadline on each request's headers (uvicorn has none: a client sending one header byte at a time
-would hold its connection forever)."""
+complete in time, 400 when it nests too deep) and replays it, so no handler ever parses an
+oversized or overdeep body or waits on a client that stopped sending. ``header_timeout_protocol``
+is uvicorn's h11 protocol with a deadline on each request's headers (uvicorn has none: a client
+sending one header byte at a time would hold its connection forever), and an answer in OpenAI's
+error shape to a request that is not valid HTTP (uvicorn's is plain text)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import h11
@@ -19,18 +21,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from forge.server.errors import error_response
+from forge.server.nesting import body_nesting_error
 from forge.server.protocol import APIError
 
 _CLOSE = {"Connection": "close"}
+_INLINE_BYTES = 1 << 16  # bodies up to this size are measured on the event loop, larger ones on a thread
 
 
 class BodyLimits:
     """Reads each HTTP request's body whole, within ``timeout_s`` and ``max_bytes``."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float, max_nesting: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
+        self.max_nesting = max_nesting
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,6 +59,10 @@ class BodyLimits:
             return
         except _TooLarge:
             await self._reject(self._too_large(), scope, receive, send)
+            return
+        too_deep = await self._nesting_error(scope, first)
+        if too_deep is not None:
+            await error_response(too_deep)(scope, receive, send)
             return
         replayed = False
 
@@ -82,6 +91,17 @@ class BodyLimits:
             if not message.get("more_body", False):
                 return {"type": "http.request", "body": b"".join(parts), "more_body": False}
 
+    async def _nesting_error(self, scope: Scope, message: Message) -> APIError | None:
+        """The 400 for a body nested past ``max_nesting``: any body, whatever its declared type
+        (``/generate`` reads every body as JSON), but a multipart upload's (a file's lines are
+        checked where they are read)."""
+        body: bytes = message.get("body", b"")
+        if message["type"] != "http.request" or not body or _header(scope, b"content-type").startswith(b"multipart/"):
+            return None
+        if len(body) <= _INLINE_BYTES:
+            return body_nesting_error(body, self.max_nesting)
+        return await asyncio.to_thread(body_nesting_error, body, self.max_nesting)
+
     def _too_large(self) -> APIError:
         return APIError(
             f"the request body is larger than {self.max_bytes} bytes (server.max_body_bytes)",
@@ -100,14 +120,16 @@ class _TooLarge(Exception):
     pass
 
 
+def _header(scope: Scope, name: bytes) -> bytes:
+    """The first ``name`` header's value, lower case (b"" if absent)."""
+    return next((value.lower() for key, value in scope["headers"] if key == name), b"")
+
+
 def _content_length(scope: Scope) -> int | None:
-    for key, value in scope["headers"]:
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+    try:
+        return int(_header(scope, b"content-length"))
+    except ValueError:
+        return None
 
 
 class HeaderTimeoutH11(H11Protocol):
@@ -149,6 +171,16 @@ class HeaderTimeoutH11(H11Protocol):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request that is not valid HTTP, in OpenAI's error shape."""
+        error = APIError("the request is not valid HTTP", code="invalid_http")
+        body = json.dumps(error.body()).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        head = h11.Response(status_code=400, headers=headers, reason=b"Bad Request")
+        for event in (head, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def _headers_timed_out(self) -> None:
         self._header_timer = None

@@ -246,6 +246,10 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class TokenizeRequest(BaseModel):
+    """vLLM's ``/tokenize`` body (strict types; other fields refused, as ``SamplingFields``')."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
@@ -253,10 +257,20 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
+    def check_known_fields(self) -> None:
+        refuse_unknown_fields(self)
+
 
 class DetokenizeRequest(BaseModel):
+    """vLLM's ``/detokenize`` body: token ids are integers ("5", 5.0 and true are not)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
     model: str | None = None
     tokens: list[int]
+
+    def check_known_fields(self) -> None:
+        refuse_unknown_fields(self)
 
 
 class CreateBatchRequest(Strict):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from forge.server.json_nesting import MAX_JSON_NESTING
 
 
 @dataclass
@@ -24,7 +27,12 @@ class ServerSettings:
     headers are not complete this long after it opened (or after the request's first byte) is
     closed. ``keep_alive_timeout_s``: idle keep-alive connections are closed after this long.
     ``max_header_bytes``: a request head still incomplete after this many bytes is refused
-    (uvicorn's ``h11_max_incomplete_event_size``).
+    (uvicorn's ``h11_max_incomplete_event_size``). ``max_json_nesting``: JSON nested deeper (a body,
+    or JSON text a body carries: ``guided_json``, tool-call ``arguments``) gets 400; at most
+    ``forge.server.nesting.MAX_JSON_NESTING_CEILING``. ``trusted_proxies``: addresses (or
+    networks, or ``*``) whose ``X-Forwarded-For`` / ``X-Forwarded-Proto`` are believed (uvicorn's
+    ``forwarded_allow_ips``); empty: none, so a client cannot pick the address its rate limit is
+    counted under.
     ``tool_call_parser``: how tool calls are read from the model's text (``hermes``,
     ``llama3_json`` or ``mistral``; ``forge.server.tools.PARSERS``), like vLLM's
     ``--tool-call-parser``; null: only ``tool_choice`` required/named calls are made.
@@ -53,6 +61,8 @@ class ServerSettings:
     header_timeout_s: float = 10.0
     keep_alive_timeout_s: float = 5.0
     max_header_bytes: int = 16 * 1024
+    max_json_nesting: int = MAX_JSON_NESTING
+    trusted_proxies: list[str] = field(default_factory=list)
     tool_call_parser: str | None = "hermes"
     state_dir: str | None = None
     batch_max_in_flight: int = 4
@@ -78,6 +88,7 @@ class ServerSettings:
             value = getattr(self, name)
             if not 0 < value < float("inf"):
                 raise ValueError(f"server.{name} must be a positive number of seconds, got {value}")
+        self._check_nesting_and_proxies()
         from forge.server.tools import PARSERS
 
         if self.tool_call_parser is not None and self.tool_call_parser not in PARSERS:
@@ -86,6 +97,24 @@ class ServerSettings:
             )
         if not 0 <= self.shutdown_timeout_s < float("inf"):
             raise ValueError(f"server.shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
+
+    def _check_nesting_and_proxies(self) -> None:
+        from forge.server.nesting import MAX_JSON_NESTING_CEILING
+
+        if not 1 <= self.max_json_nesting <= MAX_JSON_NESTING_CEILING:
+            raise ValueError(
+                f"server.max_json_nesting must be in 1..{MAX_JSON_NESTING_CEILING}, got {self.max_json_nesting}"
+            )
+        self.trusted_proxies = [str(p) for p in self.trusted_proxies]
+        if self.trusted_proxies == ["*"]:
+            return
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy) if "/" in proxy else ipaddress.ip_address(proxy)
+            except ValueError:
+                raise ValueError(
+                    f"server.trusted_proxies: {proxy[:64]!r} is not an IP address or network ('*' alone: any)"
+                ) from None
 
     def state_path(self) -> Path:
         """The state directory (``state_dir``, or ``server-state`` in forge's cache)."""

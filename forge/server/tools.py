@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import jsonschema
 
+from forge.server.json_nesting import check_nesting
+from forge.server.nesting import MAX_JSON_NESTING_CEILING
 from forge.server.protocol import APIError, ChatCompletionRequest, ToolDef
 from forge.structured.base import ConstraintSpec
 
@@ -38,13 +40,26 @@ class ToolCall:
         return out if index is None else {"index": index, **out}
 
 
+def _loads(text: str) -> Any:
+    """``json.loads`` of the model's text; ValueError for text nested deeper than any JSON the server
+    takes (parsing it would reach Python's recursion limit)."""
+    check_nesting(text, MAX_JSON_NESTING_CEILING, "the tool call")
+    return json.loads(text)
+
+
+def _raw_decode(text: str) -> tuple[Any, int]:
+    """``JSONDecoder.raw_decode`` with ``_loads``' nesting check."""
+    check_nesting(text, MAX_JSON_NESTING_CEILING, "the tool call")
+    return json.JSONDecoder().raw_decode(text)
+
+
 def _call(obj: Any, args_key: str = "arguments") -> ToolCall:
     """A ``{"name", "arguments"}`` object as a call; ValueError if it is not one."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         raise ValueError("a tool call needs a name")
     args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
     if isinstance(args, str):
-        args = json.loads(args)
+        args = _loads(args)
     if not isinstance(args, dict):
         raise ValueError("tool call arguments must be an object")
     return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
@@ -90,7 +105,7 @@ class HermesParser(ToolCallParser):
     _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
     def calls(self, tool_text: str) -> list[ToolCall]:
-        return [_call(json.loads(body)) for body in self._block.findall(tool_text)]
+        return [_call(_loads(body)) for body in self._block.findall(tool_text)]
 
 
 class Llama3JsonParser(ToolCallParser):
@@ -110,10 +125,9 @@ class Llama3JsonParser(ToolCallParser):
 
     def calls(self, tool_text: str) -> list[ToolCall]:
         rest = tool_text.removeprefix(self.marker).strip()
-        decoder = json.JSONDecoder()
         out = []
         while rest:
-            obj, end = decoder.raw_decode(rest)
+            obj, end = _raw_decode(rest)
             out.append(_call(obj, "parameters"))
             rest = rest[end:].strip().removeprefix(";").strip()
         return out
@@ -125,7 +139,7 @@ class MistralParser(ToolCallParser):
     marker = "[TOOL_CALLS]"
 
     def calls(self, tool_text: str) -> list[ToolCall]:
-        obj, _ = json.JSONDecoder().raw_decode(tool_text.removeprefix(self.marker).strip())
+        obj, _ = _raw_decode(tool_text.removeprefix(self.marker).strip())
         return [_call(x) for x in (obj if isinstance(obj, list) else [obj])]
 
 
@@ -157,12 +171,12 @@ class ToolPlan:
         """The finished output split into content and calls."""
         if self.mode == "named" and self.name is not None:
             try:
-                return "", [_call({"name": self.name, "arguments": json.loads(text)})]
+                return "", [_call({"name": self.name, "arguments": _loads(text)})]
             except ValueError:
                 return text, []
         if self.mode == "required":
             try:
-                items = json.loads(text)
+                items = _loads(text)
                 return "", [_call(x, "parameters") for x in items]
             except (ValueError, TypeError):
                 return text, []
