@@ -14,7 +14,7 @@ import numpy as np
 
 MAX_JSON_NESTING = 64  # server.max_json_nesting's default: far above any real schema or body
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # (unrolled: linear, ~30x faster on long strings)
 _DELTA = np.zeros(256, dtype=np.int8)
 _DELTA[ord("{")] = _DELTA[ord("[")] = 1
 _DELTA[ord("}")] = _DELTA[ord("]")] = -1
