@@ -21,6 +21,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from forge.core.config_types import type_problem
 from forge.kernels import kv_quant
@@ -124,7 +125,8 @@ def _check_node(path: str, node: Any) -> None:
         raw = node[key]
         if raw == "auto":
             continue  # sized by the engine at build time
-        problem = type_problem(hints.get(key), OmegaConf.to_object(raw) if OmegaConf.is_config(raw) else raw)
+        written = OmegaConf.to_container(raw, resolve=False) if OmegaConf.is_config(raw) else raw  # lists: as written
+        problem = type_problem(hints.get(key), written)
         if problem is not None:
             raise ConfigError(f"{path}.{key}={raw!r}: {problem}")
 
@@ -202,8 +204,12 @@ def _check_simulated_clock(clock: Any) -> None:
 
 def _check_by_building(node: DictConfig) -> None:
     """Build ``node``'s target (one whose constructor is cheap and checks its arguments): a
-    ``ValueError`` it raises becomes a ``ConfigError``."""
-    params = OmegaConf.to_container(node, resolve=True)
+    ``ValueError`` it raises becomes a ``ConfigError``; one whose interpolations cannot be resolved yet
+    (``${oc.env:...}`` of a variable the job's environment will have) is left to the job."""
+    try:
+        params = OmegaConf.to_container(node, resolve=True)
+    except InterpolationResolutionError:
+        return
     if not isinstance(params, dict):
         return
     target = get_object(str(params.pop("_target_")))
