@@ -21,7 +21,7 @@ import yaml
 
 from forge.cli import main
 from forge.server.config_sources import ENV_ALIASES, ENV_GROUPS
-from forge.server.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH
+from forge.server.config_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, MAX_NODES
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMORY_CAP = 3 << 30  # a child that tried to expand a YAML bomb fails here instead of taking the machine
@@ -56,8 +56,20 @@ class Case:
 
 
 CASES = {
-    "anchor-bomb-under-unknown-key": Case(yaml=_anchor_bomb(), message=("aliases expand to more than",)),
+    "anchor-bomb-under-unknown-key": Case(yaml=_anchor_bomb(), message=("values once its aliases are expanded",)),
     "recursive-alias": Case(yaml="server:\n  api_keys: &a [*a]\n", message=("alias *a inside its own anchor",)),
+    "too-many-values": Case(
+        yaml="server:\n  api_keys: [" + ", ".join(f"sk-{i}" for i in range(MAX_NODES)) + "]\n",
+        message=(f"holds more than {MAX_NODES} values",),
+    ),
+    "largest-list-then-a-bad-size": Case(  # refused only once composed: the whole list went through Hydra
+        yaml="server:\n  max_body_bytes: 0\n  api_keys: [" + ", ".join(f"sk-{i}" for i in range(MAX_NODES - 9)) + "]\n",
+        message=("server.max_body_bytes must be >= 1, got 0",),
+    ),
+    "longest-text-then-a-bad-size": Case(
+        yaml="server:\n  max_body_bytes: 0\n  served_model_name: " + "a" * (MAX_CONFIG_BYTES - 60) + "\n",
+        message=("server.max_body_bytes must be >= 1, got 0",),
+    ),
     "dev-zero": Case(config="/dev/zero", message=("/dev/zero: not a regular file",)),
     "fifo": Case(config="{tmp}/fifo", message=("fifo: not a regular file",)),
     "directory": Case(config="{tmp}", message=("not a regular file",)),
@@ -100,7 +112,8 @@ CASES = {
     "engine-size-negative": Case(yaml="engine: {max_num_seqs: -1}\n", message=("engine.max_num_seqs must be >= 1",)),
     "env-nested-5000": Case(env={"FORGE_SERVER__API_KEYS": "[" * 5000}, message=("FORGE_SERVER__API_KEYS", "nests")),
     "env-alias-bomb": Case(
-        env={"FORGE_SERVER__API_KEYS": _alias_bomb_list()}, message=("FORGE_SERVER__API_KEYS", "aliases expand")
+        env={"FORGE_SERVER__API_KEYS": _alias_bomb_list()},
+        message=("FORGE_SERVER__API_KEYS", "values once its aliases are expanded"),
     ),
     "model-option-traversal": Case(
         yaml="model: ../../../etc/passwd\n", message=("model='../../../etc/passwd': not a model option", "tiny")

@@ -17,8 +17,8 @@ itself (never written into a config). Every setting that came from the YAML or t
 printed at startup with where it came from, secrets redacted.
 
 Both are read with bounds and strictly (issue 40; the limits are forge.server.config_yaml's): the file is a
-regular file of at most 1 MiB, its YAML (and a variable's) nests at most 32 deep and expands its
-aliases to at most 100,000 nodes, a key given twice is an error; a ``server.*``/``engine.*`` value
+regular file of at most 256 KiB, its YAML (and a variable's) nests at most 32 deep and holds at most
+1,000 values with its aliases expanded, a key given twice is an error; a ``server.*``/``engine.*`` value
 must have its setting's type (forge.core.config_types: ``port: '8001'``, ``api_keys: sk-1`` or
 ``enable_chunked_prefill: 3`` are errors, not conversions); an option's name (``model: NAME``,
 ``FORGE_MODEL``) must be one of ``conf/<group>/``'s. A ``${...}`` interpolation in a value is refused,
