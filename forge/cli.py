@@ -72,6 +72,9 @@ def full_errors_wanted() -> bool:
 
 
 def _run_job(cfg: Any, run_dir: Path) -> None:
+    from forge.config import validate_settings
+
+    validate_settings(cfg)  # what needs no import first: a bad setting is one line before torch loads
     if cfg.mode == "serve":
         from forge.server.app import serve
 

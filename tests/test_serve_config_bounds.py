@@ -186,6 +186,36 @@ def test_a_config_that_blows_up_is_one_line_exit_2_within_a_second(case: Case, t
     assert cpu_s < 1.0, f"{cpu_s:.2f} s of CPU"
 
 
+RUN_CASES = {
+    "server-size-negative": (["mode=serve", "server.max_body_bytes=-1"], "server.max_body_bytes must be >= 1, got -1"),
+    "server-keys-a-string": (["mode=serve", "server.api_keys=sk-1"], "server.api_keys='sk-1': expected a list of text"),
+    "model-path-not-gguf": (["model=gguf", "model.path=/etc/passwd"], "model.path='/etc/passwd': not a GGUF file"),
+    "model-option-traversal": (["model=../../../etc/passwd"], "no such option"),
+}
+
+
+@pytest.mark.parametrize(("overrides", "message"), RUN_CASES.values(), ids=list(RUN_CASES))
+def test_forge_run_with_the_same_classes_of_override_is_one_line_exit_2_within_a_second(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    """Through Hydra's command line (``python run.py``): the checks that need no import run first."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        [sys.executable, "run.py", *overrides, "server.port=0", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=_clean_env({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: ") and message in lines[0], proc.stderr
+    assert cpu_s < 1.0, f"{cpu_s:.2f} s of CPU"
+
+
 # -- what stays allowed ----------------------------------------------------------------------------
 @pytest.fixture
 def no_forge_settings_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
