@@ -70,6 +70,10 @@ CASES = {
         yaml="server:\n  max_body_bytes: 0\n  served_model_name: " + "a" * (MAX_CONFIG_BYTES - 60) + "\n",
         message=("server.max_body_bytes must be >= 1, got 0",),
     ),
+    "int-of-5000-digits": Case(yaml="server:\n  port: " + "9" * 5000 + "\n", message=("more than 64 bits",)),
+    "hex-int-of-5000-digits-env": Case(
+        env={"FORGE_SERVER__MAX_WAITING": "0x" + "f" * 5000}, message=("FORGE_SERVER__MAX_WAITING", "64 bits")
+    ),
     "dev-zero": Case(config="/dev/zero", message=("/dev/zero: not a regular file",)),
     "fifo": Case(config="{tmp}/fifo", message=("fifo: not a regular file",)),
     "directory": Case(config="{tmp}", message=("not a regular file",)),

@@ -175,7 +175,7 @@ def yaml_settings(path: Path, cli_choices: Sequence[str] = ()) -> list[Setting]:
         if key == "hydra" or key.startswith("hydra."):
             raise ConfigError(f"{where}: {key}: Hydra's own settings cannot be set here")
         if not _exists(base, key):
-            raise ConfigError(f"{where}: {key}: not a setting")
+            raise ConfigError(f"{where}: {key if len(key) <= 80 else shown(key)}: not a setting")
         settings.append(Setting(key, override_value(value), str(path), raw=value))
     return settings
 

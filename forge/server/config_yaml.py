@@ -7,7 +7,8 @@
   expanded (an alias counts as the whole node it stands for, so a "billion laughs" of nested anchors
   is refused after reading a few lines); an alias inside its own anchor (a cycle) is refused;
 - the mapping keys: a key given twice in one mapping is an error (PyYAML keeps the last one silently);
-  ``<<`` merge keys still work, and a key written beside a merge still overrides the merged one.
+  ``<<`` merge keys still work, and a key written beside a merge still overrides the merged one;
+- integers: at most 64 bits (no setting needs more; Python cannot read a decimal of 4,300 digits).
 
 Every refusal is a ``ConfigError`` of one line that starts with the ``where`` it was given."""
 
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
-from yaml.nodes import MappingNode
+from yaml.nodes import MappingNode, ScalarNode
 
 from forge.config import ConfigError
 
@@ -52,6 +53,20 @@ class _StrictLoader(_BaseLoader):  # type: ignore[misc, valid-type]
             if repeated:
                 raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        """An integer of at most 64 bits (Python refuses to read a decimal one of over 4,300 digits
+        with a ``ValueError``, and would write a longer hexadecimal one back the same way)."""
+        try:
+            value = int(super().construct_yaml_int(node))
+        except ValueError:
+            value = 1 << 64
+        if value.bit_length() > 64:
+            raise ConstructorError(None, None, "an integer of more than 64 bits", node.start_mark)
+        return value
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def read_config_text(path: Path, where: str, limit: int = MAX_CONFIG_BYTES) -> str:
