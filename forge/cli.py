@@ -28,7 +28,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,18 @@ def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:
     return overrides, api_key
 
 
+@contextmanager
+def compose_errors_as_config_errors() -> Iterator[None]:
+    """Hydra's errors composing a command line (an unknown option, a value of the wrong type) as the
+    one-line ``ConfigError`` ``run_app`` would print for them."""
+    try:
+        yield
+    except Exception as exc:
+        if full_errors_wanted() or not _is_compose_error(exc, job_started=False):
+            raise
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
 def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> None:
     """The config ``forge serve`` will run, composed and checked (``forge.config.validate_settings``)
     before Hydra's job starts: a bad setting is one line within a second, before any model, backend
@@ -212,12 +225,8 @@ def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> Non
     from forge.server.config_sources import compose_unchecked
 
     plain = [o for o in overrides if "=" in o and not o.startswith("-")]
-    try:
+    with compose_errors_as_config_errors():
         cfg = compose_unchecked([*(s.override for s in settings), *plain])
-    except Exception as exc:
-        if full_errors_wanted() or not _is_compose_error(exc, job_started=False):
-            raise
-        raise ConfigError(hydra_error_line(exc)) from None
     try:
         validate_settings(cfg)
     except ConfigError as exc:
@@ -232,7 +241,8 @@ def serve_command(argv: Sequence[str]) -> None:
     overrides, api_key = serve_overrides(args)
     if api_key is not None:
         os.environ[API_KEY_ENV] = api_key
-    settings = layered(overrides, config_file, os.environ)
+    with compose_errors_as_config_errors():  # the YAML is checked against the command line's options
+        settings = layered(overrides, config_file, os.environ)
     check_serve_config(settings, overrides)
     if settings:
         print(announce(settings), file=sys.stderr)

@@ -135,6 +135,9 @@ CASES = {
     "safetensors-path-a-file": Case(
         yaml="model: {path: /etc/passwd}\n", args=("safetensors",), message=("not a model directory",)
     ),
+    "unknown-option-beside-a-config": Case(
+        yaml="server: {port: 8001}\n", args=("scheduler=fcsf",), message=("scheduler=fcsf: no such option",)
+    ),
     "odd-key": Case(yaml="server:\n  'port=1,host': 2\n", message=("not a setting",)),
     "key-not-text": Case(yaml="server:\n  8001: port\n", message=("not a setting",)),
 }
