@@ -28,7 +28,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ SERVE_FLAGS = {
 }
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "FORGE_API_KEY"  # read by forge.server.settings; keeps the key out of every written config
+# Hydra flags after which forge serve's config is not the one compose() would give (sweeps, another
+# config): the early check is left to the job
+HYDRA_OWN_CONFIG_FLAGS = ("-m", "--multirun", "-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir")
 
 BENCHMARKS = {
     "serve": "benchmarks.serve",
@@ -69,6 +73,9 @@ def full_errors_wanted() -> bool:
 
 
 def _run_job(cfg: Any, run_dir: Path) -> None:
+    from forge.config import validate_settings
+
+    validate_settings(cfg)  # what needs no import first: a bad setting is one line before torch loads
     if cfg.mode == "serve":
         from forge.server.app import serve
 
@@ -195,6 +202,37 @@ def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:
     return overrides, api_key
 
 
+@contextmanager
+def compose_errors_as_config_errors() -> Iterator[None]:
+    """Hydra's errors composing a command line (an unknown option, a value of the wrong type) as the
+    one-line ``ConfigError`` ``run_app`` would print for them."""
+    try:
+        yield
+    except Exception as exc:
+        if full_errors_wanted() or not _is_compose_error(exc, job_started=False):
+            raise
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
+def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> None:
+    """The config ``forge serve`` will run, composed and checked (``forge.config.validate_settings``)
+    before Hydra's job starts: a bad setting is one line within a second, before any model, backend
+    or server is imported, and before the startup line names the settings."""
+    if any(arg.partition("=")[0] in HYDRA_OWN_CONFIG_FLAGS for arg in overrides):
+        return
+    from forge.config import validate_settings
+    from forge.server.config_checks import naming_sources
+    from forge.server.config_sources import compose_unchecked
+
+    plain = [o for o in overrides if "=" in o and not o.startswith("-")]
+    with compose_errors_as_config_errors():
+        cfg = compose_unchecked([*(s.override for s in settings), *plain])
+    try:
+        validate_settings(cfg)
+    except ConfigError as exc:
+        raise naming_sources(exc, settings) from None
+
+
 def serve_command(argv: Sequence[str]) -> None:
     """``--config FILE`` and the ``FORGE_*`` variables (forge/server/config_sources.py) under the flags."""
     from forge.server.config_sources import announce, layered, pop_config_flag
@@ -203,7 +241,9 @@ def serve_command(argv: Sequence[str]) -> None:
     overrides, api_key = serve_overrides(args)
     if api_key is not None:
         os.environ[API_KEY_ENV] = api_key
-    settings = layered(overrides, config_file, os.environ)
+    with compose_errors_as_config_errors():  # the YAML is checked against the command line's options
+        settings = layered(overrides, config_file, os.environ)
+    check_serve_config(settings, overrides)
     if settings:
         print(announce(settings), file=sys.stderr)
     run_app([*(s.override for s in settings), *overrides])

@@ -21,7 +21,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
+from forge.core.config_types import type_problem
 from forge.kernels import kv_quant
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -98,9 +100,6 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     return cfg
 
 
-_SCALARS = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
-
-
 def _check_node(path: str, node: Any) -> None:
     if not isinstance(node, DictConfig) or "_target_" not in node:
         return
@@ -125,12 +124,13 @@ def _check_node(path: str, node: Any) -> None:
             continue
         if OmegaConf.is_missing(node, key):
             raise ConfigError(f"{path}.{key} must be set (e.g. {path}.{key}=...)")
-        hint = hints.get(key)
         raw = node[key]
         if raw == "auto":
             continue  # sized by the engine at build time
-        if hint in _SCALARS and raw is not None and not isinstance(raw, _SCALARS[hint]):
-            raise ConfigError(f"{path}.{key}={raw!r}: expected {hint.__name__}")
+        written = OmegaConf.to_container(raw, resolve=False) if OmegaConf.is_config(raw) else raw  # lists: as written
+        problem = type_problem(hints.get(key), written)
+        if problem is not None:
+            raise ConfigError(f"{path}.{key}={raw!r}: {problem}")
 
 
 def _check_schema_keys(cfg: DictConfig) -> None:
@@ -201,7 +201,17 @@ def _check_simulated_clock(clock: Any) -> None:
     no model): build it here, so a bad one fails at compose time, not after the model has loaded."""
     if not isinstance(clock, DictConfig) or clock.get("_target_") != "forge.sim.clock.SimulatedClock":
         return
-    params = OmegaConf.to_container(clock, resolve=True)
+    _check_by_building(clock)
+
+
+def _check_by_building(node: DictConfig) -> None:
+    """Build ``node``'s target (one whose constructor is cheap and checks its arguments): a
+    ``ValueError`` it raises becomes a ``ConfigError``; one whose interpolations cannot be resolved yet
+    (``${oc.env:...}`` of a variable the job's environment will have) is left to the job."""
+    try:
+        params = OmegaConf.to_container(node, resolve=True)
+    except InterpolationResolutionError:
+        return
     if not isinstance(params, dict):
         return
     target = get_object(str(params.pop("_target_")))
@@ -209,6 +219,27 @@ def _check_simulated_clock(clock: Any) -> None:
         target(**{str(k): v for k, v in params.items()})
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def _check_server(cfg: DictConfig) -> None:
+    """The ``server`` settings' types, then their values (``ServerSettings`` checks them when built)."""
+    server = cfg.get("server")
+    if isinstance(server, DictConfig) and "_target_" in server:
+        _check_node("server", server)
+        _check_by_building(server)
+
+
+def _check_model_paths(cfg: DictConfig) -> None:
+    """``model.path`` and ``drafter.model.path``, for the loaders that read one (forge.models.paths)."""
+    from forge.models.paths import path_problem
+
+    for where in ("model", "drafter.model"):
+        node = OmegaConf.select(cfg, where, default=None)
+        if not isinstance(node, DictConfig) or "path" not in node or not isinstance(node.path, str):
+            continue  # "???" (not in node) or a wrong type: _check_node's to report
+        problem = path_problem(str(node.get("_target_", "")), node.path)
+        if problem is not None:
+            raise ConfigError(f"{where}.path={node.path!r}: {problem}")
 
 
 def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:
@@ -242,16 +273,36 @@ def _check_tensor_parallel(cfg: DictConfig, size: int) -> None:
             )
 
 
+def validate_settings(cfg: DictConfig) -> None:
+    """The checks of ``validate`` that import no component (no model, backend or torch; the server's
+    settings only), so they answer in well under a second: the schema's keys, the server's settings,
+    the model's dtype, the pool's sizes, the engine's numbers and the model's path."""
+    _check_schema_keys(cfg)
+    _check_server(cfg)
+    _check_model_dtypes(cfg)
+    _check_kvcache_sizes(cfg)
+    _check_engine_numbers(cfg.engine)
+    _check_model_paths(cfg)
+
+
 def validate(cfg: DictConfig) -> None:
     _check_schema_keys(cfg)
     for group in (*GROUPS, "drafter", "structured", "server", "embedding"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)
+    _check_server(cfg)
     _check_model_dtypes(cfg)
     _check_kvcache_sizes(cfg)
     _check_clock_presets(cfg)
-    e = cfg.engine
+    _check_engine_numbers(cfg.engine)
+    if cfg.engine.tensor_parallel_size > 1:
+        _check_tensor_parallel(cfg, cfg.engine.tensor_parallel_size)
+    _check_backend_kv_dtype(cfg)
+    _check_model_paths(cfg)
+
+
+def _check_engine_numbers(e: DictConfig) -> None:
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
         if e[name] is not None and e[name] < 1:
             raise ConfigError(f"engine.{name} must be >= 1, got {e[name]}")
@@ -262,10 +313,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"engine.kv_cache_dtype must be one of {choices}, got {e.kv_cache_dtype!r}")
     if e.tensor_parallel_size < 1:
         raise ConfigError(f"engine.tensor_parallel_size must be >= 1, got {e.tensor_parallel_size}")
-    if e.distributed_timeout_s <= 0:
+    if not e.distributed_timeout_s > 0:
         raise ConfigError(f"engine.distributed_timeout_s must be > 0, got {e.distributed_timeout_s}")
-    if e.tensor_parallel_size > 1:
-        _check_tensor_parallel(cfg, e.tensor_parallel_size)
-    _check_backend_kv_dtype(cfg)
     if e.kv_cache_memory_gib is not None and not (math.isfinite(e.kv_cache_memory_gib) and e.kv_cache_memory_gib > 0):
         raise ConfigError(f"engine.kv_cache_memory_gib must be a finite number > 0, got {e.kv_cache_memory_gib}")

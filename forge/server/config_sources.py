@@ -14,21 +14,34 @@ The short names of ``ENV_ALIASES`` (``FORGE_PORT``, ``FORGE_MODEL``, ...) still 
 short name and its ``FORGE_SERVER__``/``FORGE_ENGINE__`` name are set, the latter wins. An empty
 variable counts as unset. ``FORGE_API_KEY`` and ``FORGE_ADMIN_KEY`` are read by ``ServerSettings``
 itself (never written into a config). Every setting that came from the YAML or the environment is
-printed at startup with where it came from, secrets redacted."""
+printed at startup with where it came from, secrets redacted.
+
+Both are read with bounds and strictly (issue 40; the limits are forge.server.config_yaml's): the file is a
+regular file of at most 256 KiB, its YAML (and a variable's) nests at most 32 deep and holds at most
+1,000 values with its aliases expanded, a key given twice is an error; a ``server.*``/``engine.*`` value
+must have its setting's type (forge.core.config_types: ``port: '8001'``, ``api_keys: sk-1`` or
+``enable_chunked_prefill: 3`` are errors, not conversions); an option's name (``model: NAME``,
+``FORGE_MODEL``) must be one of ``conf/<group>/``'s. A ``${...}`` interpolation in a value is refused,
+not resolved: a config file is data, and resolving it would let the file read the environment
+(``${oc.env:...}``) or any other setting behind the operator's back; the environment is read only
+through the ``FORGE_*`` names above, each announced at startup."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from forge.config import CONF_DIR, ConfigError, register_schema
+from forge.core.config_types import is_list, is_optional, is_text, shown
 from forge.results.redact import REDACTED, SECRET_FIELDS
+from forge.server.config_checks import check_settings, setting_hints
+from forge.server.config_yaml import load_yaml_text, read_config_yaml
 
 CONFIG_FLAG = "--config"
 # the environment's prefixes -> the config group whose every key they set
@@ -51,15 +64,18 @@ GROUP_KEYS = frozenset(
     {"model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling", "drafter", "structured", "server"}
 )
 _MISSING = object()
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One override and where it came from (an environment variable or the YAML's path)."""
+    """One override and where it came from (an environment variable or the YAML's path); ``raw``:
+    the value as read, before it became override text."""
 
     key: str
     value: str
     source: str
+    raw: Any = field(default=None, compare=False, repr=False)
 
     @property
     def override(self) -> str:
@@ -100,57 +116,80 @@ def override_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(override_value(v) for v in value) + "]"
     if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ConfigError(f"{key!r}: not a setting's name (letters, digits and _)")
         return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
     raise ConfigError(f"cannot use a {type(value).__name__} as a setting")
 
 
-def _leaves(node: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
+def _leaves(node: Mapping[Any, Any], prefix: str, where: str) -> list[tuple[str, Any]]:
+    """``node``'s settings as ``(dotted key, value)``; a key that is not a name is refused."""
     out: list[tuple[str, Any]] = []
     for key, value in node.items():
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise ConfigError(f"{where}: {prefix}{shown(key)}: not a setting (a setting's name is letters, digits, _)")
         path = f"{prefix}{key}"
         if isinstance(value, dict) and value:
-            out += _leaves(value, f"{path}.")
+            out += _leaves(value, f"{path}.", where)
         else:
             out.append((path, value))
     return out
 
 
-def yaml_settings(path: Path) -> list[Setting]:
-    """The YAML's settings, checked against the config it composes to (an unknown key is a
-    ``ConfigError`` naming it)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{CONFIG_FLAG} {path}: cannot read it as YAML ({type(exc).__name__})") from None
+def options(group: str) -> list[str]:
+    """The options of a config group (``conf/<group>/*.yaml``)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _choice(group: str, name: str, where: str) -> Setting:
+    """``group=name`` as a setting, if ``name`` is one of the group's options."""
+    if name not in options(group):
+        known = ", ".join(options(group))
+        raise ConfigError(f"{where}: {group}={shown(name)}: not a {group} option (options: {known})")
+    return Setting(group, name, where, raw=name)
+
+
+def _exists(base: DictConfig, key: str) -> bool:
+    """Whether ``key`` is a setting of ``base`` (one that must still be given, ``???``, is one)."""
+    parent, _, last = key.rpartition(".")
+    node = OmegaConf.select(base, parent, default=None) if parent else base
+    return isinstance(node, DictConfig) and last in list(node)  # "in node" is False for "???"
+
+
+def yaml_settings(path: Path, cli_choices: Sequence[str] = ()) -> list[Setting]:
+    """The YAML's settings, checked against the config it composes to with the command line's option
+    choices (``cli_choices``: ``model=gguf``, ...): an unknown key is a ``ConfigError`` naming it."""
+    where = f"{CONFIG_FLAG} {path}"
+    data = read_config_yaml(path, where)
     if data is None:
         return []
     if not isinstance(data, dict):
-        raise ConfigError(f"{CONFIG_FLAG} {path}: the top level must be a mapping of settings")
-    choices = [Setting(k, str(v), str(path)) for k, v in data.items() if k in GROUP_KEYS and isinstance(v, str)]
+        raise ConfigError(f"{where}: the top level must be a mapping of settings")
+    choices = [_choice(k, v, where) for k, v in data.items() if k in GROUP_KEYS and isinstance(v, str)]
     values = {k: v for k, v in data.items() if not (k in GROUP_KEYS and isinstance(v, str))}
-    base = _defaults([c.override for c in choices])
-    settings = list(choices)
-    for key, value in _leaves(values, ""):
+    picked = {_key(c): c for c in [*(s.override for s in choices), *cli_choices]}
+    base = _defaults(list(picked.values()))
+    settings = [Setting(c.key, c.value, str(path), raw=c.raw) for c in choices]
+    for key, value in _leaves(values, "", where):
         if key == "hydra" or key.startswith("hydra."):
-            raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: Hydra's own settings cannot be set here")
-        if OmegaConf.select(base, key, default=_MISSING) is _MISSING:
-            raise ConfigError(f"{CONFIG_FLAG} {path}: {key}: not a setting")
-        settings.append(Setting(key, override_value(value), str(path)))
+            raise ConfigError(f"{where}: {key}: Hydra's own settings cannot be set here")
+        if not _exists(base, key):
+            raise ConfigError(f"{where}: {key if len(key) <= 80 else shown(key)}: not a setting")
+        settings.append(Setting(key, override_value(value), str(path), raw=value))
     return settings
 
 
-def env_value(text: str, default: Any) -> str:
-    """``text`` (an environment variable's value) in Hydra's override grammar, read as a YAML
-    scalar unless ``default`` (the setting's default) is text; a list setting gets a list."""
-    try:
-        value: Any = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text
-    if isinstance(default, str) or isinstance(value, dict):
-        value = text
-    if isinstance(default, list | ListConfig) and not isinstance(value, list):
-        value = [value]
-    return override_value(value)
+def env_value(text: str, hint: Any, default: Any, where: str) -> Any:
+    """``text`` (an environment variable's value) as its setting's value: text as given for a text
+    setting (``null`` is null where null is allowed), a list for a list setting (one value: a list of
+    it), otherwise read as a YAML scalar within forge.server.config_yaml's limits."""
+    if is_text(hint) or (hint is None and isinstance(default, str)):
+        return None if is_optional(hint) and text in ("null", "~") else text
+    if (is_list(hint) or isinstance(default, list | ListConfig)) and not text.lstrip().startswith("["):
+        return [text]
+    value = load_yaml_text(text, where)
+    return text if isinstance(value, dict) else value
 
 
 def _env_key(name: str) -> str | None:
@@ -169,18 +208,19 @@ def env_settings(environ: Mapping[str, str]) -> list[Setting]:
     aliased = {name: key for name, key in ENV_ALIASES.items() if name in set_vars}
     if not nested and not aliased:
         return []
-    base = _defaults([])
+    base, hints = _defaults([]), setting_hints()
     settings = []
     for name, key in [*aliased.items(), *nested.items()]:
         default = OmegaConf.select(base, key, default=_MISSING)
         last = key.rsplit(".", 1)[-1]
         if key in GROUP_KEYS:  # FORGE_MODEL: an option's name
-            settings.append(Setting(key, set_vars[name], name))
+            settings.append(_choice(key, set_vars[name], name))
             continue
         if default is _MISSING or last.startswith("_") or not last or isinstance(default, DictConfig):
             group = key.partition(".")[0]
             raise ConfigError(f"{name}: {key} is not a setting (the {group}.* keys: {', '.join(_keys(base, group))})")
-        settings.append(Setting(key, env_value(set_vars[name], default), name))
+        value = env_value(set_vars[name], hints.get(key), default, name)
+        settings.append(Setting(key, override_value(value), name, raw=value))
     return settings
 
 
@@ -196,9 +236,10 @@ def _key(override: str) -> str:
 def layered(cli: Sequence[str], config_file: Path | None, environ: Mapping[str, str]) -> list[Setting]:
     """The YAML's and the environment's settings that no command-line override sets, the
     environment's winning over the YAML's."""
-    chosen: dict[str, Setting] = {}
-    for s in [*(yaml_settings(config_file) if config_file is not None else []), *env_settings(environ)]:
-        chosen[s.key] = s
+    cli_choices = [o for o in cli if _key(o) in GROUP_KEYS and "=" in o]
+    read = [*(yaml_settings(config_file, cli_choices) if config_file is not None else []), *env_settings(environ)]
+    check_settings(read)
+    chosen = {s.key: s for s in read}
     on_cli = {_key(o) for o in cli}
     return [s for key, s in chosen.items() if key not in on_cli]
 
@@ -211,6 +252,12 @@ def layered_overrides(cli: Sequence[str], config_file: Path | None, environ: Map
 def announce(settings: Sequence[Setting]) -> str:
     """The startup line naming each setting the YAML or the environment gave, and its source."""
     return "forge serve: " + ", ".join(s.shown() for s in settings) if settings else ""
+
+
+def compose_unchecked(overrides: Sequence[str]) -> DictConfig:
+    """The config ``overrides`` compose to, unvalidated (for the checks that then run without
+    importing any component: ``forge.config.validate_settings``)."""
+    return _defaults(overrides)
 
 
 def _defaults(choices: Sequence[str]) -> DictConfig:

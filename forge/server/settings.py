@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from forge.server.json_nesting import MAX_JSON_NESTING
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 
 
 @dataclass
@@ -75,8 +78,15 @@ class ServerSettings:
             self.admin_key = str(self.admin_key)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"server.port must be in 0..65535, got {self.port}")
-        if self.rate_limit_rps < 0 or self.rate_limit_burst < 0:
-            raise ValueError("server.rate_limit_rps and server.rate_limit_burst must be >= 0")
+        if not (math.isfinite(self.rate_limit_rps) and self.rate_limit_rps >= 0) or self.rate_limit_burst < 0:
+            raise ValueError(
+                f"server.rate_limit_rps and server.rate_limit_burst must be finite and >= 0, "
+                f"got {self.rate_limit_rps} and {self.rate_limit_burst}"
+            )
+        if self.max_logprobs < 0:
+            raise ValueError(f"server.max_logprobs must be >= 0, got {self.max_logprobs}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"server.log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.max_waiting < 1 or self.max_n < 1:
             raise ValueError("server.max_waiting and server.max_n must be >= 1")
         if self.batch_max_in_flight < 1:
