@@ -39,6 +39,7 @@ from forge.server.store_io import FULL, storage_errors
 log = logging.getLogger("forge.server")
 COMPLETION_WINDOWS = ("24h",)
 RETRY_S = 1.0  # how long the runner waits before it tries again after its own storage failed
+COUNTS_EVERY_S = 1.0  # the running batch's counts are written this often (and when its run stops)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class BatchRunner:
         self._cancelled: set[str] = set()
         self._running: str | None = None  # the batch whose requests are in flight
         self._cancel_running = asyncio.Event()  # set: that batch was cancelled
+        self._live: tuple[str, Tally] | None = None  # the running batch's counts, newer than its record
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._serve(), name="forge-batches")
@@ -129,11 +131,17 @@ class BatchRunner:
         batch = self.store.get(batch_id)
         if not caller.sees(batch.owner):
             raise batch_not_found(batch_id)
-        return batch
+        return self._shown(batch)
 
     def visible(self, caller: Caller) -> list[Batch]:
         """The batches ``caller`` sees, newest first."""
-        return [b for b in self.store.list() if caller.sees(b.owner)]
+        return [self._shown(b) for b in self.store.list() if caller.sees(b.owner)]
+
+    def _shown(self, batch: Batch) -> Batch:
+        """``batch`` with its live counts while it runs (its record has them at most a second late)."""
+        if self._live is None or self._live[0] != batch.id or batch.status not in ACTIVE:
+            return batch
+        return replace(batch, request_counts=self._live[1].counts())
 
     def input_in_use(self, file_id: str) -> bool:
         """``file_id`` is the input of a batch that has not ended (it is kept until the batch ends)."""
@@ -230,9 +238,13 @@ class BatchRunner:
         if not items:
             await self._finalize(batch, "failed", errors("empty_file", "the input file has no requests"))
             return
-        self.store.clear_results(batch.id)
-        bad = [(e.line, error_record(e)) for e in items if isinstance(e, LineError)]
-        self.store.append_results(batch.id, bad)
+        bad = [e for e in items if isinstance(e, LineError)]
+
+        def record_errors() -> None:
+            self.store.clear_results(batch.id)
+            self.store.append_results(batch.id, [(e.line, error_record(e)) for e in bad])
+
+        await asyncio.to_thread(record_errors)
         counts = Tally(len(items), 0, len(bad)).counts()
         self.store.save(replace(batch, status="in_progress", in_progress_at=int(time.time()), request_counts=counts))
 
@@ -246,7 +258,9 @@ class BatchRunner:
         tally = Tally.of(len(items), done)
         todo = iter([i for i in items if isinstance(i, BatchLine) and i.line not in done])
 
-        async def worker() -> None:
+        saved = [time.monotonic()]
+
+        async def worker() -> None:  # O(1) per request: one appended line, counts in memory
             for line in todo:
                 if batch.id in self._cancelled:
                     return
@@ -254,11 +268,23 @@ class BatchRunner:
                 self.store.append_results(batch.id, [(line.line, record)])
                 done[line.line] = record
                 tally.add(record)
-                current = self.store.get(batch.id)
-                self.store.save(replace(current, request_counts=tally.counts()))
+                if time.monotonic() - saved[0] >= COUNTS_EVERY_S:
+                    self._save_counts(batch.id, tally)
+                    saved[0] = time.monotonic()
 
-        await self._in_flight(batch, [worker() for _ in range(self.max_in_flight)])
+        self._live = (batch.id, tally)
+        try:
+            await self._in_flight(batch, [worker() for _ in range(self.max_in_flight)])
+        finally:
+            self._live = None
+            with contextlib.suppress(OSError):  # a full disk: the results file still has them
+                self._save_counts(batch.id, tally)
         return batch.id not in self._cancelled and len(done) == len(items)
+
+    def _save_counts(self, batch_id: str, tally: Tally) -> None:
+        current = self.store.get(batch_id)
+        if current.status in ACTIVE:
+            self.store.save(replace(current, request_counts=tally.counts()))
 
     async def _in_flight(self, batch: Batch, workers: list[Any]) -> None:
         """Run ``workers`` until they end or ``batch`` is cancelled; a worker's error is raised."""
@@ -282,14 +308,20 @@ class BatchRunner:
 
     async def _finalize(self, batch: Batch, status: str, errs: dict[str, Any] | None = None) -> None:
         """The output and error files from the results so far, then the final status (``failed``
-        with ``errs``). When the disk is too full for the files, a failed batch is still marked
-        failed (its results stay in the state dir)."""
-        results = await asyncio.to_thread(self.store.results, batch.id, await self._line_numbers(batch))
-        current = self.store.get(batch.id)
+        with ``errs``), written on a worker thread."""
+        numbers = await self._line_numbers(batch)
+        await asyncio.to_thread(self._end, batch.id, status, errs, numbers)
+        self._cancelled.discard(batch.id)
+
+    def _end(self, batch_id: str, status: str, errs: dict[str, Any] | None, numbers: set[int] | None) -> None:
+        """``_finalize``'s blocking part. When the disk is too full for the files, a failed batch
+        is still marked failed (its results stay in the state dir)."""
+        results = self.store.results(batch_id, numbers)
+        current = self.store.get(batch_id)
         total = max(current.request_counts.get("total", 0), len(results))
         ended = replace(current, status=status, request_counts=Tally.of(total, results).counts())
         try:
-            output, error = self._write_outputs(batch, results)
+            output, error = self._write_outputs(current, results)
             ended = replace(ended, output_file_id=output, error_file_id=error)
         except OSError as exc:
             if status != "failed" or exc.errno not in FULL:
@@ -302,7 +334,6 @@ class BatchRunner:
         else:
             ended = replace(ended, failed_at=now, errors=errs)
         self.store.save(ended)
-        self._cancelled.discard(batch.id)
 
     async def _line_numbers(self, batch: Batch) -> set[int] | None:
         """The input's line numbers (None when it cannot be read: every result is then kept)."""

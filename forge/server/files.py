@@ -11,6 +11,7 @@ file of a batch that has not ended cannot be deleted (409). A full disk is a 507
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -189,8 +190,9 @@ def files_router(store: FileStore, owners: Owners, in_use: Callable[[str], bool]
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise APIError("a batch input file must be UTF-8 JSONL text", param="file") from exc
-        with storage_errors():
-            return store.create(file.filename or "upload.jsonl", purpose, data, who.owner).body()
+        with storage_errors():  # a large file is written on a worker thread
+            created = await asyncio.to_thread(store.create, file.filename or "upload.jsonl", purpose, data, who.owner)
+        return created.body()
 
     @router.get("/v1/files")
     async def list_files(
