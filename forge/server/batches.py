@@ -279,7 +279,10 @@ class BatchRunner:
             self._live = None
             with contextlib.suppress(OSError):  # a full disk: the results file still has them
                 self._save_counts(batch.id, tally)
-        return batch.id not in self._cancelled and len(done) == len(items)
+        if batch.id in self._cancelled:
+            return False
+        recorded = await asyncio.to_thread(self.store.results, batch.id, numbers)
+        return len(recorded) == len(items)  # what the file holds, not what was sent to it
 
     def _save_counts(self, batch_id: str, tally: Tally) -> None:
         current = self.store.get(batch_id)

@@ -38,10 +38,17 @@ class Disk:
     @staticmethod
     def append(path: Path, texts: Iterable[str]) -> None:
         """Each of ``texts`` (one line each, no newline in it) as a checksummed line at the end of ``path``."""
-        data = "".join(f"{zlib.crc32(t.encode()):08x} {t}\n" for t in texts)
-        with path.open("a", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
+        data = "".join(f"{zlib.crc32(t.encode()):08x} {t}\n" for t in texts).encode()
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line: end it, not the next one
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:  # a short write goes on where it stopped
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
     @staticmethod
     def lines(path: Path) -> Iterator[str]:
