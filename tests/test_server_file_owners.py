@@ -5,6 +5,7 @@ to the state dir, and a restarted server knows the same owners."""
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import pytest
 from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
+from forge.server.store_io import Disk
 from tests.store_helpers import Store, line
 
 K1, K2, ADMIN = "key-one-7f3a9c", "key-two-51b0e2", "admin-key-c4d8aa"
@@ -123,3 +125,20 @@ def test_the_keys_are_not_in_the_state_dir_and_owners_survive_a_restart(owned: O
             assert client.delete(f"/v1/files/{owned.file_id}", headers=bearer(K1)).json()["deleted"] is True
     finally:
         again.stop()
+
+
+def test_a_state_dir_that_cannot_hold_the_secret_is_507(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fingerprint secret is made on the first keyed request: a full disk then is a 507, not a 500."""
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    server = serve(tmp_path)
+    try:
+        monkeypatch.setattr(Disk, "write", staticmethod(full))
+        r = httpx.get(f"{server.url}/v1/files", headers=bearer(K1))
+        assert r.status_code == 507 and r.json()["error"]["code"] == "insufficient_storage", r.text
+        monkeypatch.undo()
+        assert httpx.get(f"{server.url}/v1/files", headers=bearer(K1)).status_code == 200
+    finally:
+        server.stop()

@@ -33,8 +33,9 @@ from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
+from forge.server.batch_routes import batches_router
 from forge.server.batch_store import BatchStore
-from forge.server.batches import BatchRunner, batches_router
+from forge.server.batches import BatchRunner
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from forge.server.batch_lines import is_record
+from forge.server.batch_lines import is_record, is_success
 from forge.server.files import read_record, record_owner
 from forge.server.protocol import APIError
 from forge.server.store_io import Disk
@@ -166,3 +166,26 @@ class BatchStore:
 
     def clear_results(self, batch_id: str) -> None:
         self._path(batch_id, ".results.jsonl").unlink(missing_ok=True)
+
+
+@dataclass
+class Tally:
+    """A batch's request counts, kept as requests end (O(1) per request)."""
+
+    total: int
+    completed: int = 0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, total: int, results: dict[int, dict[str, Any]]) -> Tally:
+        completed = sum(1 for r in results.values() if is_success(r))
+        return cls(total, completed, len(results) - completed)
+
+    def add(self, record: dict[str, Any]) -> None:
+        if is_success(record):
+            self.completed += 1
+        else:
+            self.failed += 1
+
+    def counts(self) -> dict[str, int]:
+        return {"total": self.total, "completed": self.completed, "failed": self.failed}

@@ -24,45 +24,20 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter, Depends
-
 from forge.server.batch_lines import BatchLine, Handler, LineError, error_record, is_success, read_lines, run_line
-from forge.server.batch_store import ACTIVE, Batch, BatchStore, batch_not_found, errors
+from forge.server.batch_store import ACTIVE, Batch, BatchStore, Tally, batch_not_found, errors
 from forge.server.files import BATCH_OUTPUT_PURPOSE, FileStore
-from forge.server.owners import Caller, Owners
+from forge.server.owners import Caller
 from forge.server.protocol import APIError, CreateBatchRequest
-from forge.server.store_io import FULL, storage_errors
+from forge.server.store_io import FULL
 
 log = logging.getLogger("forge.server")
 COMPLETION_WINDOWS = ("24h",)
 RETRY_S = 1.0  # how long the runner waits before it tries again after its own storage failed
 COUNTS_EVERY_S = 1.0  # the running batch's counts are written this often (and when its run stops)
-
-
-@dataclass
-class Tally:
-    """A batch's request counts, kept as requests end (O(1) per request)."""
-
-    total: int
-    completed: int = 0
-    failed: int = 0
-
-    @classmethod
-    def of(cls, total: int, results: dict[int, dict[str, Any]]) -> Tally:
-        completed = sum(1 for r in results.values() if is_success(r))
-        return cls(total, completed, len(results) - completed)
-
-    def add(self, record: dict[str, Any]) -> None:
-        if is_success(record):
-            self.completed += 1
-        else:
-            self.failed += 1
-
-    def counts(self) -> dict[str, int]:
-        return {"total": self.total, "completed": self.completed, "failed": self.failed}
 
 
 class BatchRunner:
@@ -356,43 +331,3 @@ class BatchRunner:
             return self.files.create(f"{batch.id}_{kind}.jsonl", BATCH_OUTPUT_PURPOSE, data, batch.owner).id
 
         return write(ok, "output"), write(bad, "error")
-
-
-def batches_router(runner: BatchRunner, owners: Owners) -> APIRouter:
-    router = APIRouter()
-    caller = Depends(owners.caller)
-
-    @router.post("/v1/batches")
-    async def create(body: CreateBatchRequest, who: Caller = caller) -> dict[str, Any]:
-        with storage_errors():
-            return runner.create(body, who).body()
-
-    @router.get("/v1/batches")
-    async def list_batches(after: str | None = None, limit: int = 20, who: Caller = caller) -> dict[str, Any]:
-        if not 1 <= limit <= 100:
-            raise APIError("limit must be in 1..100", param="limit")
-        with storage_errors():
-            batches = runner.visible(who)
-        if after is not None:
-            ids = [b.id for b in batches]
-            batches = batches[ids.index(after) + 1 :] if after in ids else []
-        page = batches[:limit]
-        return {
-            "object": "list",
-            "data": [b.body() for b in page],
-            "first_id": page[0].id if page else None,
-            "last_id": page[-1].id if page else None,
-            "has_more": len(batches) > limit,
-        }
-
-    @router.get("/v1/batches/{batch_id}")
-    async def retrieve(batch_id: str, who: Caller = caller) -> dict[str, Any]:
-        with storage_errors():
-            return runner.get(batch_id, who).body()
-
-    @router.post("/v1/batches/{batch_id}/cancel")
-    async def cancel(batch_id: str, who: Caller = caller) -> dict[str, Any]:
-        with storage_errors():
-            return runner.cancel(batch_id, who).body()
-
-    return router

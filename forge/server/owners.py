@@ -21,6 +21,7 @@ from fastapi import Header
 
 from forge.server.auth import bearer_key, key_is_valid
 from forge.server.settings import ServerSettings
+from forge.server.store_io import Disk, storage_errors
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Owners:
         if key is None:  # the access guard lets none through: sees only what has no owner
             return Caller(None, admin=False)
         admin = key_is_valid(key, self.settings.admin_api_key_set())
-        return Caller(self.fingerprint(key), admin)
+        with storage_errors():  # the secret is made on first use: a full disk is a 507 here too
+            return Caller(self.fingerprint(key), admin)
 
     def fingerprint(self, key: str) -> str:
         digest = hmac.new(self.secret(), key.encode("latin-1", "replace"), sha256)
@@ -62,7 +64,7 @@ class Owners:
             if not self.secret_path.exists():
                 self.secret_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.secret_path.with_name(f".{self.secret_path.name}.{uuid.uuid4().hex[:8]}")
-                tmp.write_bytes(secrets.token_bytes(32))
+                Disk.write(tmp, secrets.token_bytes(32))
                 tmp.chmod(0o600)
                 try:
                     os.link(tmp, self.secret_path)  # fails if another server made it first: theirs wins
