@@ -5,7 +5,8 @@ another key gets 404 on it and does not see it listed; a key of ``server.admin_a
 and may act on everyone's. The key itself is never written: its fingerprint is an HMAC-SHA256
 of the key under a random secret kept in the state dir (``owner.secret``, made on first use), so
 the stored fingerprints do not give the keys away, and a restarted server on the same state dir
-knows the same owners. With auth off every caller sees everything (no owners)."""
+knows the same owners. With auth off every caller sees everything (no owners); what was made
+while auth was off belongs to no key, so once keys are set only an admin key sees it."""
 
 from __future__ import annotations
 
