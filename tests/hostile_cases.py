@@ -352,6 +352,38 @@ def route_cases() -> list[Case]:
     ]
 
 
+def store_id_cases() -> list[Case]:
+    """Ids of files and batches that name no file: too long for the file system, path characters,
+    non-ASCII letters and digits, control characters (issue 40): each a 404, never a 500."""
+    ids = {
+        "long": "a" * 400,
+        "long-unicode": "ß" * 200,
+        "65": "1" * 65,
+        "fullwidth-digits": "１２３",
+        "letter-a-umlaut": "ä",
+        "dotdot": "..%2F..%2Fetc%2Fpasswd",
+        "nul": "a%00b",
+        "u2028": "a%E2%80%A8",
+        "dot": ".",
+        "empty": "",
+    }
+
+    def missing(id: str, path: str, method: str) -> Case:
+        return Case(id, path, method=method, content_type=None, expect=frozenset({404}))
+
+    cases = []
+    for name, tail in ids.items():
+        file, batch = f"/v1/files/file-{tail}", f"/v1/batches/batch_{tail}"
+        cases += [
+            missing(f"file-id-{name}", file, "GET"),
+            missing(f"file-content-id-{name}", f"{file}/content", "GET"),
+            missing(f"file-delete-id-{name}", file, "DELETE"),
+            missing(f"batch-id-{name}", batch, "GET"),
+            missing(f"batch-cancel-id-{name}", f"{batch}/cancel", "POST"),
+        ]
+    return cases
+
+
 def bearer_cases() -> list[Case]:
     """With auth off, any bearer token is ignored: made-up, non-ASCII, huge (items 4, 5)."""
     body = {"prompt": "abc"}
@@ -470,3 +502,7 @@ def nesting_cases() -> list[Deep]:
 
 
 NESTING_CASES: tuple[Deep, ...] = tuple(nesting_cases())
+
+# sent by test_server_store_hostile.py to a server whose state dir holds files and batches (an id
+# too long for the file system only fails once the directory it would be looked up in exists)
+STORE_ID_CASES: tuple[Case, ...] = tuple(store_id_cases())

@@ -9,6 +9,7 @@ import pytest
 
 from forge import LLM, SamplingParams
 from forge.batch import main
+from tests.store_helpers import LINE_CASES, line
 
 
 def test_offline_batch_answers_every_line_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,3 +47,21 @@ def test_offline_batch_usage_and_config_errors(tmp_path: Path, capsys: pytest.Ca
     assert main([str(source), str(tmp_path / "out.jsonl"), "engine.no_such_setting=1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("config error:")
     assert main([str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl")]) == 1
+
+
+@pytest.mark.parametrize("case", [c[0] for c in LINE_CASES])
+def test_offline_batch_reads_odd_lines_one_by_one(tmp_path: Path, case: str) -> None:
+    """Each odd line (``store_helpers.LINE_CASES``) between two plain ones: a line nested 3,000
+    deep is that line's error, a raw U+2028 / U+0085 / U+2029 in a string does not split it."""
+    _, custom_id, text, code = next(c for c in LINE_CASES if c[0] == case)
+    source, target = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("\n".join([line("before"), text, line("after")]) + "\n", encoding="utf-8")
+    assert main([str(source), str(target), "model=tiny"]) == 0
+    out = [json.loads(x) for x in target.read_text(encoding="utf-8").split("\n") if x]
+    assert [o["custom_id"] for o in out] == ["before", custom_id, "after"]
+    if code is None:
+        assert out[1]["error"] is None and out[1]["response"] is not None
+    else:
+        assert (
+            out[1]["error"]["code"] == code and out[1]["error"]["line"] == 2 and "nests" in out[1]["error"]["message"]
+        )

@@ -53,14 +53,20 @@ def test_a_sweep_writes_no_command_line_key(tmp_path: Path) -> None:
 
 
 def test_redact_config_replaces_keys_and_keeps_env_interpolations() -> None:
-    cfg = compose_config(["server.api_keys=[abc-123,${oc.env:FORGE_TEST_KEY}]", "server.admin_key=adm-456"])
+    cfg = compose_config(
+        [
+            "server.api_keys=[abc-123,${oc.env:FORGE_TEST_KEY}]",
+            "server.admin_key=adm-456",
+            "server.admin_api_keys=[all-789]",
+        ]
+    )
     redacted = redact_config(cfg)
     server = OmegaConf.to_container(redacted.server, resolve=False)
     assert isinstance(server, dict) and server["api_keys"] == [
         REDACTED,
         "${oc.env:FORGE_TEST_KEY}",
     ]
-    assert server["admin_key"] == REDACTED
+    assert server["admin_key"] == REDACTED and server["admin_api_keys"] == [REDACTED]
     assert redacted.engine == cfg.engine and redacted.model == cfg.model
     assert cfg.server.api_keys[0] == "abc-123"  # the running config is not touched
 

@@ -1,6 +1,6 @@
 """Secrets never reach the run directory.
 
-A secret is the value of a setting named in ``SECRET_FIELDS`` (``server.api_keys``,
+A secret is the value of a setting named in ``SECRET_FIELDS`` (``server.api_keys``, ``server.admin_api_keys``,
 ``server.admin_key``), wherever it appears: the setting itself, a command-line override that sets
 it, or any other string that contains it (Hydra's ``override_dirname``). Everything forge or Hydra
 writes into a run directory goes through this module: ``redact_config`` for forge's own
@@ -25,7 +25,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-SECRET_FIELDS = frozenset({"api_key", "api_keys", "admin_key"})
+SECRET_FIELDS = frozenset({"api_key", "api_keys", "admin_key", "admin_api_keys"})
 REDACTED = "<redacted>"  # a plain YAML string (forge.results.sweep parses override values as YAML)
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 

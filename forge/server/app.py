@@ -33,7 +33,9 @@ from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
-from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.batch_routes import batches_router
+from forge.server.batch_store import BatchStore
+from forge.server.batches import BatchRunner
 from forge.server.bodies import OffLoopBodyRoute
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
@@ -51,6 +53,7 @@ from forge.server.launch import ForgeServer, uvicorn_config
 from forge.server.limits import BodyLimits
 from forge.server.metrics import ServerMetrics
 from forge.server.nesting import check_embedded_json
+from forge.server.owners import Owners
 from forge.server.protocol import (
     APIError,
     ChatCompletionRequest,
@@ -558,8 +561,9 @@ def build_app(
         return await _chat(state, body)
 
     app.include_router(tokenize_router(builder, limits, name, settings.max_json_nesting))
-    app.include_router(files_router(files))
-    app.include_router(batches_router(runner))
+    owners = Owners(settings, settings.state_path() / "owner.secret")
+    app.include_router(files_router(files, owners, runner.input_in_use))
+    app.include_router(batches_router(runner, owners))
     app.include_router(generate_router(lambda body: _completions(state, body, token_ids=True), name))
     app.include_router(admin_router(control, settings.shutdown_timeout_s))
     app.include_router(version_router())

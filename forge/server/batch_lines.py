@@ -19,6 +19,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from forge.server.errors import validation_error
+from forge.server.json_nesting import MAX_JSON_NESTING, NestingError, check_nesting
 from forge.server.protocol import APIError
 
 log = logging.getLogger("forge.server")
@@ -48,9 +49,18 @@ class LineError:
     message: str
 
 
+def _parse(number: int, raw: str) -> Any:
+    """The line's JSON; ``ValueError`` (``NestingError`` among them) when it is not JSON forge reads."""
+    if raw.count("{") + raw.count("[") > MAX_JSON_NESTING:  # else it cannot nest deeper: skip the scan
+        check_nesting(raw, MAX_JSON_NESTING, f"line {number}")
+    return json.loads(raw)
+
+
 def _read_line(number: int, raw: str, endpoint: str | None, known: Collection[str]) -> BatchLine | LineError:
     try:
-        obj = json.loads(raw)
+        obj = _parse(number, raw)
+    except NestingError as exc:
+        return LineError(number, None, "invalid_json", str(exc))
     except ValueError:
         return LineError(number, None, "invalid_json", f"line {number}: not valid JSON")
     if not isinstance(obj, dict):
@@ -81,10 +91,12 @@ def _read_line(number: int, raw: str, endpoint: str | None, known: Collection[st
 
 def read_lines(text: str, endpoint: str | None, known: Collection[str]) -> list[BatchLine | LineError]:
     """Every non-blank line of ``text`` as a request or an error, in order; a repeated
-    ``custom_id`` is an error on each later line (OpenAI requires them unique)."""
+    ``custom_id`` is an error on each later line (OpenAI requires them unique). Lines end at
+    ``\n`` only, as OpenAI and vLLM read them (a raw U+2028 or U+0085 in a string is text); a
+    line nested deeper than ``MAX_JSON_NESTING`` is an error on that line."""
     seen: set[str] = set()
     out: list[BatchLine | LineError] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         item = _read_line(number, raw, endpoint, known)
@@ -108,7 +120,21 @@ def response_record(line: BatchLine, status: int, body: dict[str, Any]) -> dict[
     return {"id": rid, "custom_id": line.custom_id, "response": response, "error": None}
 
 
+def is_record(record: Any) -> bool:
+    """``record`` is an output line as ``error_record`` or ``response_record`` makes them."""
+    if not (isinstance(record, dict) and isinstance(record.get("id"), str)):
+        return False
+    if not isinstance(record.get("custom_id"), str | None):
+        return False
+    response, error = record.get("response"), record.get("error")
+    if response is None:
+        return isinstance(error, dict)
+    status = response.get("status_code") if isinstance(response, dict) else None
+    return error is None and type(status) is int and 100 <= status <= 599 and isinstance(response.get("body"), dict)
+
+
 def is_success(record: dict[str, Any]) -> bool:
+    """A valid record (``is_record``) whose request got a 2xx response."""
     response = record.get("response")
     return response is not None and 200 <= int(response["status_code"]) < 300
 

@@ -2,16 +2,19 @@
 
 POST /v1/batches, GET /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel.
 A batch goes validating -> in_progress -> finalizing -> completed (or failed when its input file
-is gone or empty; cancelling -> cancelled when cancelled). Each batch is ``<id>.json`` under
-``<state_dir>/batches`` plus ``<id>.results.jsonl``, one line appended per request that has
-ended: the results file, not the counters, says what is done, so a server stopped mid-batch
-loses only the requests that were in flight, and the next server on the same state dir runs
-those and the rest (the batch is never lost silently).
+is gone or empty, or the disk is full; cancelling -> cancelled when cancelled). Each batch is
+``<id>.json`` under ``<state_dir>/batches`` plus ``<id>.results.jsonl``, one checksummed line
+appended per request that has ended (``batch_store``): the results file, not the counters, says
+what is done, so a server stopped mid-batch loses only the requests that were in flight, and the
+next server on the same state dir runs those and the rest (the batch is never lost silently).
+A batch that ends failed still gets output and error files for the requests that had ended.
+With API keys set, a batch belongs to the key that created it (``owners``).
 
 Lower priority than interactive traffic: the runner keeps at most ``server.batch_max_in_flight``
 batch requests in the engine (whatever the scheduler; with ``scheduler=fcfs`` this cap is the
 whole of it), and each carries ``priority >= server.batch_priority``, so with
-``scheduler=priority`` a waiting interactive request (priority 0 by default) is scheduled first."""
+``scheduler=priority`` a waiting interactive request (priority 0 by default) is scheduled first.
+Reading and checking an input file runs on a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
@@ -21,115 +24,20 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter
-
-from forge.server.batch_lines import (
-    BatchLine,
-    Handler,
-    LineError,
-    error_record,
-    is_success,
-    read_lines,
-    run_line,
-)
-from forge.server.files import BATCH_OUTPUT_PURPOSE, FileStore, write_atomically
+from forge.server.batch_lines import BatchLine, Handler, LineError, error_record, is_success, read_lines, run_line
+from forge.server.batch_store import ACTIVE, Batch, BatchStore, Tally, batch_not_found, errors
+from forge.server.files import BATCH_OUTPUT_PURPOSE, FileStore
+from forge.server.owners import Caller
 from forge.server.protocol import APIError, CreateBatchRequest
+from forge.server.store_io import FULL
 
 log = logging.getLogger("forge.server")
 COMPLETION_WINDOWS = ("24h",)
-ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
-
-
-@dataclass(frozen=True)
-class Batch:
-    """OpenAI's batch object."""
-
-    id: str
-    endpoint: str
-    input_file_id: str
-    completion_window: str
-    status: str
-    created_at: int
-    expires_at: int
-    model: str | None = None
-    metadata: dict[str, str] | None = None
-    errors: dict[str, Any] | None = None
-    output_file_id: str | None = None
-    error_file_id: str | None = None
-    in_progress_at: int | None = None
-    finalizing_at: int | None = None
-    completed_at: int | None = None
-    failed_at: int | None = None
-    expired_at: int | None = None
-    cancelling_at: int | None = None
-    cancelled_at: int | None = None
-    request_counts: dict[str, int] = field(default_factory=lambda: {"total": 0, "completed": 0, "failed": 0})
-    object: str = "batch"
-
-    def body(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def batch_not_found(batch_id: str) -> APIError:
-    return APIError(f"No such Batch object: {batch_id[:64]}", 404, "invalid_request_error", "batch_id", "not_found")
-
-
-class BatchStore:
-    """Batch records and their results files under ``root``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root  # made by the first batch
-
-    def _path(self, batch_id: str, suffix: str) -> Path:
-        if not (batch_id.startswith("batch_") and batch_id[6:].isalnum()):
-            raise batch_not_found(batch_id)
-        return self.root / f"{batch_id}{suffix}"
-
-    def save(self, batch: Batch) -> Batch:
-        self.root.mkdir(parents=True, exist_ok=True)
-        write_atomically(self._path(batch.id, ".json"), json.dumps(batch.body()).encode())
-        return batch
-
-    def get(self, batch_id: str) -> Batch:
-        path = self._path(batch_id, ".json")
-        if not path.exists():
-            raise batch_not_found(batch_id)
-        return Batch(**json.loads(path.read_text()))
-
-    def list(self) -> list[Batch]:
-        """Newest first."""
-        batches = [self.get(p.stem) for p in self.root.glob("batch_*.json")]
-        return sorted(batches, key=lambda b: (b.created_at, b.id), reverse=True)
-
-    def results(self, batch_id: str) -> dict[int, dict[str, Any]]:
-        """The records of the requests that have ended, by input line; a last line cut short by
-        a stop mid-write is ignored (that request runs again)."""
-        path = self._path(batch_id, ".results.jsonl")
-        out: dict[int, dict[str, Any]] = {}
-        if path.exists():
-            for raw in path.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    entry = json.loads(raw)
-                    out[int(entry["line"])] = entry["record"]
-        return out
-
-    def append_result(self, batch_id: str, line: int, record: dict[str, Any]) -> None:
-        with self._path(batch_id, ".results.jsonl").open("a") as f:
-            f.write(json.dumps({"line": line, "record": record}) + "\n")
-            f.flush()
-
-    def clear_results(self, batch_id: str) -> None:
-        self._path(batch_id, ".results.jsonl").unlink(missing_ok=True)
-
-
-def _counts(total: int, results: dict[int, dict[str, Any]]) -> dict[str, int]:
-    completed = sum(1 for r in results.values() if is_success(r))
-    return {"total": total, "completed": completed, "failed": len(results) - completed}
+RETRY_S = 1.0  # how long the runner waits before it tries again after its own storage failed
+COUNTS_EVERY_S = 1.0  # the running batch's counts are written this often (and when its run stops)
 
 
 class BatchRunner:
@@ -157,6 +65,7 @@ class BatchRunner:
         self._cancelled: set[str] = set()
         self._running: str | None = None  # the batch whose requests are in flight
         self._cancel_running = asyncio.Event()  # set: that batch was cancelled
+        self._live: tuple[str, Tally] | None = None  # the running batch's counts, newer than its record
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._serve(), name="forge-batches")
@@ -169,12 +78,12 @@ class BatchRunner:
                 await self._task
             self._task = None
 
-    def create(self, req: CreateBatchRequest) -> Batch:
+    def create(self, req: CreateBatchRequest, caller: Caller) -> Batch:
         if req.endpoint not in self.handlers:
             raise APIError(f"endpoint must be one of {sorted(self.handlers)}", param="endpoint")
         if req.completion_window not in COMPLETION_WINDOWS:
             raise APIError(f"completion_window must be one of {list(COMPLETION_WINDOWS)}", param="completion_window")
-        if self.files.get(req.input_file_id).purpose != "batch":
+        if self.files.get(req.input_file_id, caller).purpose != "batch":
             raise APIError("the input file's purpose must be batch", param="input_file_id")
         now = int(time.time())
         batch = Batch(
@@ -187,13 +96,34 @@ class BatchRunner:
             expires_at=now + 24 * 3600,
             model=self.model_name,
             metadata=req.metadata,
+            owner=caller.owner,
         )
         self.store.save(batch)
         self._wake.set()
         return batch
 
-    def cancel(self, batch_id: str) -> Batch:
+    def get(self, batch_id: str, caller: Caller) -> Batch:
         batch = self.store.get(batch_id)
+        if not caller.sees(batch.owner):
+            raise batch_not_found(batch_id)
+        return self._shown(batch)
+
+    def visible(self, caller: Caller) -> list[Batch]:
+        """The batches ``caller`` sees, newest first."""
+        return [self._shown(b) for b in self.store.list() if caller.sees(b.owner)]
+
+    def _shown(self, batch: Batch) -> Batch:
+        """``batch`` with its live counts while it runs (its record has them at most a second late)."""
+        if self._live is None or self._live[0] != batch.id or batch.status not in ACTIVE:
+            return batch
+        return replace(batch, request_counts=self._live[1].counts())
+
+    def input_in_use(self, file_id: str) -> bool:
+        """``file_id`` is the input of a batch that has not ended (it is kept until the batch ends)."""
+        return any(b.input_file_id == file_id and b.status in ACTIVE for b in self.store.list())
+
+    def cancel(self, batch_id: str, caller: Caller) -> Batch:
+        batch = self.get(batch_id, caller)
         if batch.status in ("cancelling", "cancelled"):
             return batch
         if batch.status not in ACTIVE:
@@ -207,34 +137,57 @@ class BatchRunner:
     # -- the runner's task ------------------------------------------------------------
     async def _serve(self) -> None:
         while True:
-            mine = (b for b in self.store.list() if b.status in ACTIVE and b.model == self.model_name)
-            active = sorted(mine, key=lambda b: (b.created_at, b.id))
-            if not active:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
             try:
-                await self._advance(active[0])
+                batch = self._next()
+                if batch is None:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                await self._step(batch)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # one broken batch must not stop the others
-                log.exception("batch %s failed", active[0].id)
-                self._fail(active[0], "internal_error", f"the batch runner failed: {type(exc).__name__}")
+            except Exception:  # the runner's own storage failed: it waits and tries again, never dies
+                log.exception("the batch runner could not read or write its state; retrying in %s s", RETRY_S)
+                await asyncio.sleep(RETRY_S)
 
-    def _fail(self, batch: Batch, code: str, message: str) -> None:
-        errors = {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": None}]}
-        self.store.save(replace(self.store.get(batch.id), status="failed", failed_at=int(time.time()), errors=errors))
+    def _next(self) -> Batch | None:
+        """The oldest batch of this model that has a step to take (a damaged record: its delivery)."""
+        mine = [b for b in self.store.list() if b.damaged or (b.status in ACTIVE and b.model == self.model_name)]
+        return min(mine, key=lambda b: (b.created_at, b.id), default=None)
 
-    def _lines(self, batch: Batch) -> list[BatchLine | LineError]:
-        text = self.files.content(batch.input_file_id).decode("utf-8")
-        return read_lines(text, batch.endpoint, self.handlers)
+    async def _step(self, batch: Batch) -> None:
+        """One step; a failure of this batch (not of the runner) fails it, with what it had delivered."""
+        try:
+            await self._advance(batch)
+        except asyncio.CancelledError:
+            raise
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            log.error("batch %s failed: the disk is full", batch.id)
+            await self._finalize(batch, "failed", errors("insufficient_storage", "the server's disk is full"))
+        except Exception as exc:  # one broken batch must not stop the others
+            log.exception("batch %s failed", batch.id)
+            message = f"the batch runner failed: {type(exc).__name__}"
+            await self._finalize(batch, "failed", errors("internal_error", message))
+
+    async def _lines(self, batch: Batch) -> list[BatchLine | LineError]:
+        """The input file's lines, read and checked on a worker thread."""
+
+        def read() -> list[BatchLine | LineError]:
+            data = self.files.content(batch.input_file_id, Caller(None, admin=True))
+            return read_lines(data.decode("utf-8"), batch.endpoint, self.handlers)
+
+        return await asyncio.to_thread(read)
 
     async def _advance(self, batch: Batch) -> None:
         """One step of ``batch``'s life (validating, running, finalizing); the loop calls again."""
-        if batch.status == "cancelling" or batch.id in self._cancelled:
+        if batch.damaged:
+            await self._finalize(batch, "failed", batch.errors)
+        elif batch.status == "cancelling" or batch.id in self._cancelled:
             await self._finalize(batch, "cancelled")
         elif batch.status == "validating":
-            self._validate(batch)
+            await self._validate(batch)
         elif batch.status == "in_progress":
             if await self._run(batch):
                 now = int(time.time())
@@ -242,48 +195,81 @@ class BatchRunner:
         else:
             await self._finalize(batch, "completed")
 
-    def _validate(self, batch: Batch) -> None:
+    async def _read_input(self, batch: Batch) -> list[BatchLine | LineError] | None:
+        """The input's lines, or None when it cannot be read (the batch is then failed)."""
         try:
-            items = self._lines(batch)
+            return await self._lines(batch)
         except APIError:
-            self._fail(batch, "file_not_found", f"the input file {batch.input_file_id} no longer exists")
-            return
+            message = f"the input file {batch.input_file_id} no longer exists"
+            await self._finalize(batch, "failed", errors("file_not_found", message))
         except UnicodeDecodeError:
-            self._fail(batch, "invalid_file", "the input file is not UTF-8 text")
+            await self._finalize(batch, "failed", errors("invalid_file", "the input file is not UTF-8 text"))
+        return None
+
+    async def _validate(self, batch: Batch) -> None:
+        items = await self._read_input(batch)
+        if items is None:
             return
         if not items:
-            self._fail(batch, "empty_file", "the input file has no requests")
+            await self._finalize(batch, "failed", errors("empty_file", "the input file has no requests"))
             return
-        self.store.clear_results(batch.id)
-        for err in (item for item in items if isinstance(item, LineError)):
-            self.store.append_result(batch.id, err.line, error_record(err))
-        counts = _counts(len(items), self.store.results(batch.id))
+        bad = [e for e in items if isinstance(e, LineError)]
+
+        def record_errors() -> None:
+            self.store.clear_results(batch.id)
+            self.store.append_results(batch.id, [(e.line, error_record(e)) for e in bad])
+
+        await asyncio.to_thread(record_errors)
+        counts = Tally(len(items), 0, len(bad)).counts()
         self.store.save(replace(batch, status="in_progress", in_progress_at=int(time.time()), request_counts=counts))
 
     async def _run(self, batch: Batch) -> bool:
         """Run the requests not yet done; True when every line has its record (not cancelled)."""
-        try:
-            items = self._lines(batch)
-        except (APIError, UnicodeDecodeError):
-            self._fail(batch, "file_not_found", f"the input file {batch.input_file_id} no longer exists")
+        items = await self._read_input(batch)
+        if items is None:
             return False
-        done = self.store.results(batch.id)
-        todo: Iterator[BatchLine] = (i for i in items if isinstance(i, BatchLine) and i.line not in done)
+        numbers = {i.line for i in items}
+        done = await asyncio.to_thread(self.store.results, batch.id, numbers)
+        tally = Tally.of(len(items), done)
+        todo = iter([i for i in items if isinstance(i, BatchLine) and i.line not in done])
 
-        async def worker() -> None:
+        saved = [time.monotonic()]
+
+        async def worker() -> None:  # O(1) per request: one appended line, counts in memory
             for line in todo:
                 if batch.id in self._cancelled:
                     return
                 record = await run_line(self.handlers, line, self.priority)
-                self.store.append_result(batch.id, line.line, record)
+                self.store.append_results(batch.id, [(line.line, record)])
                 done[line.line] = record
-                current = self.store.get(batch.id)
-                self.store.save(replace(current, request_counts=_counts(len(items), done)))
+                tally.add(record)
+                if time.monotonic() - saved[0] >= COUNTS_EVERY_S:
+                    self._save_counts(batch.id, tally)
+                    saved[0] = time.monotonic()
 
+        self._live = (batch.id, tally)
+        try:
+            await self._in_flight(batch, [worker() for _ in range(self.max_in_flight)])
+        finally:
+            self._live = None
+            with contextlib.suppress(OSError):  # a full disk: the results file still has them
+                self._save_counts(batch.id, tally)
+        if batch.id in self._cancelled:
+            return False
+        recorded = await asyncio.to_thread(self.store.results, batch.id, numbers)
+        return len(recorded) == len(items)  # what the file holds, not what was sent to it
+
+    def _save_counts(self, batch_id: str, tally: Tally) -> None:
+        current = self.store.get(batch_id)
+        if current.status in ACTIVE:
+            self.store.save(replace(current, request_counts=tally.counts()))
+
+    async def _in_flight(self, batch: Batch, workers: list[Any]) -> None:
+        """Run ``workers`` until they end or ``batch`` is cancelled; a worker's error is raised."""
         self._running = batch.id
         self._cancel_running.clear()
-        workers = [asyncio.create_task(worker()) for _ in range(self.max_in_flight)]
-        all_done = asyncio.gather(*workers)
+        tasks = [asyncio.create_task(w) for w in workers]
+        all_done = asyncio.gather(*tasks)
         cancelled = asyncio.create_task(self._cancel_running.wait())
         try:
             waiters: list[asyncio.Future[Any]] = [all_done, cancelled]
@@ -293,13 +279,48 @@ class BatchRunner:
         finally:  # a cancel aborts the requests in flight: their engine requests end with the tasks
             cancelled.cancel()
             all_done.cancel()
-            await asyncio.gather(*workers, cancelled, return_exceptions=True)
+            await asyncio.gather(*tasks, cancelled, return_exceptions=True)
+            with contextlib.suppress(BaseException):
+                all_done.exception()  # retrieved: no "exception was never retrieved" at shutdown
             self._running = None
-        return batch.id not in self._cancelled and len(self.store.results(batch.id)) == len(items)
 
-    async def _finalize(self, batch: Batch, status: str) -> None:
-        """The output and error files from the results so far, then the final status."""
-        results = self.store.results(batch.id)
+    async def _finalize(self, batch: Batch, status: str, errs: dict[str, Any] | None = None) -> None:
+        """The output and error files from the results so far, then the final status (``failed``
+        with ``errs``), written on a worker thread."""
+        numbers = await self._line_numbers(batch)
+        await asyncio.to_thread(self._end, batch.id, status, errs, numbers)
+        self._cancelled.discard(batch.id)
+
+    def _end(self, batch_id: str, status: str, errs: dict[str, Any] | None, numbers: set[int] | None) -> None:
+        """``_finalize``'s blocking part. When the disk is too full for the files, a failed batch
+        is still marked failed (its results stay in the state dir)."""
+        results = self.store.results(batch_id, numbers)
+        current = self.store.get(batch_id)
+        total = max(current.request_counts.get("total", 0), len(results))
+        ended = replace(current, status=status, request_counts=Tally.of(total, results).counts())
+        try:
+            output, error = self._write_outputs(current, results)
+            ended = replace(ended, output_file_id=output, error_file_id=error)
+        except OSError as exc:
+            if status != "failed" or exc.errno not in FULL:
+                raise
+        now = int(time.time())
+        if status == "completed":
+            ended = replace(ended, completed_at=now)
+        elif status == "cancelled":
+            ended = replace(ended, cancelled_at=now)
+        else:
+            ended = replace(ended, failed_at=now, errors=errs)
+        self.store.save(ended)
+
+    async def _line_numbers(self, batch: Batch) -> set[int] | None:
+        """The input's line numbers (None when it cannot be read: every result is then kept)."""
+        try:
+            return {item.line for item in await self._lines(batch)}
+        except (APIError, UnicodeDecodeError):
+            return None
+
+    def _write_outputs(self, batch: Batch, results: dict[int, dict[str, Any]]) -> tuple[str | None, str | None]:
         ok = [results[n] for n in sorted(results) if is_success(results[n])]
         bad = [results[n] for n in sorted(results) if not is_success(results[n])]
 
@@ -307,54 +328,6 @@ class BatchRunner:
             if not records:
                 return None
             data = "".join(json.dumps(r) + "\n" for r in records).encode()
-            return self.files.create(f"{batch.id}_{kind}.jsonl", BATCH_OUTPUT_PURPOSE, data).id
+            return self.files.create(f"{batch.id}_{kind}.jsonl", BATCH_OUTPUT_PURPOSE, data, batch.owner).id
 
-        now = int(time.time())
-        total = batch.request_counts.get("total", 0)
-        ended = replace(
-            self.store.get(batch.id),
-            status=status,
-            output_file_id=write(ok, "output"),
-            error_file_id=write(bad, "error"),
-            request_counts=_counts(total, results),
-        )
-        if status == "completed":
-            self.store.save(replace(ended, completed_at=now))
-        else:
-            self.store.save(replace(ended, cancelled_at=now))
-        self._cancelled.discard(batch.id)
-
-
-def batches_router(runner: BatchRunner) -> APIRouter:
-    router = APIRouter()
-
-    @router.post("/v1/batches")
-    async def create(body: CreateBatchRequest) -> dict[str, Any]:
-        return runner.create(body).body()
-
-    @router.get("/v1/batches")
-    async def list_batches(after: str | None = None, limit: int = 20) -> dict[str, Any]:
-        if not 1 <= limit <= 100:
-            raise APIError("limit must be in 1..100", param="limit")
-        batches = runner.store.list()
-        if after is not None:
-            ids = [b.id for b in batches]
-            batches = batches[ids.index(after) + 1 :] if after in ids else []
-        page = batches[:limit]
-        return {
-            "object": "list",
-            "data": [b.body() for b in page],
-            "first_id": page[0].id if page else None,
-            "last_id": page[-1].id if page else None,
-            "has_more": len(batches) > limit,
-        }
-
-    @router.get("/v1/batches/{batch_id}")
-    async def retrieve(batch_id: str) -> dict[str, Any]:
-        return runner.store.get(batch_id).body()
-
-    @router.post("/v1/batches/{batch_id}/cancel")
-    async def cancel(batch_id: str) -> dict[str, Any]:
-        return runner.cancel(batch_id).body()
-
-    return router
+        return write(ok, "output"), write(bad, "error")

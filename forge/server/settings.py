@@ -45,7 +45,10 @@ class ServerSettings:
     ``batch_max_in_flight``: batch requests the batch runner keeps in the engine at once (the cap
     that keeps interactive latency bounded whatever the scheduler). ``batch_priority``: the
     ``priority`` batch requests carry at least (lower runs first under ``scheduler=priority``;
-    interactive requests default to 0)."""
+    interactive requests default to 0).
+    ``admin_api_keys``: API keys that see and act on every key's files and batches (each key of
+    ``api_keys`` sees only its own); they are accepted wherever an API key is. Not the
+    ``admin_key`` of ``POST /shutdown``."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -71,9 +74,11 @@ class ServerSettings:
     batch_max_in_flight: int = 4
     batch_priority: int = 1000
     admin_key: str | None = field(default=None, repr=False)
+    admin_api_keys: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.api_keys = [str(k) for k in self.api_keys]
+        self.admin_api_keys = [str(k) for k in self.admin_api_keys]
         if self.admin_key is not None:
             self.admin_key = str(self.admin_key)
         if not 0 <= self.port <= 65535:
@@ -136,7 +141,11 @@ class ServerSettings:
 
     def keys(self) -> frozenset[str]:
         env = os.environ.get("FORGE_API_KEY")
-        return frozenset([*self.api_keys, *([env] if env else [])])
+        return frozenset([*self.api_keys, *self.admin_api_keys, *([env] if env else [])])
+
+    def admin_api_key_set(self) -> frozenset[str]:
+        """The keys that see every key's files and batches (``admin_api_keys``)."""
+        return frozenset(self.admin_api_keys)
 
     def admin_keys(self) -> frozenset[str]:
         """The keys ``POST /shutdown`` accepts: ``admin_key`` and ``$FORGE_ADMIN_KEY`` (empty: none)."""
