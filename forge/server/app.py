@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -34,6 +34,7 @@ from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloade
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
 from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.disconnect import unless_disconnected
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router
@@ -531,12 +532,12 @@ def build_app(
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> Response:
-        return await _completions(state, body)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await unless_disconnected(request, _completions(state, body))
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest) -> Response:
-        return await _chat(state, body)
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        return await unless_disconnected(request, _chat(state, body))
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response
 
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
+from forge.server.disconnect import unless_disconnected
 from forge.server.generation import EngineLimits, check_encodable, check_model
 from forge.server.protocol import APIError, EmbeddingRequest
 from forge.tokenizers.base import Tokenizer
@@ -176,7 +178,7 @@ def embeddings_router(service: EmbeddingService) -> APIRouter:
     ids = itertools.count()
 
     @router.post("/v1/embeddings")
-    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
-        return await create_embeddings(service, body, f"embd-{next(ids)}")
+    async def embeddings(body: EmbeddingRequest, request: HTTPRequest) -> Response:
+        return await unless_disconnected(request, create_embeddings(service, body, f"embd-{next(ids)}"))
 
     return router
