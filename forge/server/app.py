@@ -34,6 +34,7 @@ from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloade
 from forge.server.auth import RateLimiter, bearer_key, key_is_valid
 from forge.server.batch_lines import Handler, json_handler
 from forge.server.batches import BatchRunner, BatchStore, batches_router
+from forge.server.budget import check_output_budget
 from forge.server.disconnect import unless_disconnected
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
@@ -287,6 +288,7 @@ async def _completions(state: ServerState, body: CompletionRequest, token_ids: b
     choices = await b.choices(
         body, prompts, body.max_tokens, 16, engine_k, None, engine_prompt_k, plan.num_sequences, plan.beam
     )
+    check_output_budget(choices, state.settings.max_output_units, echo=body.echo)
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -367,6 +369,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     prompt = b.chat_prompt(body, plan.tools if plan is not None else None)
     spec = plan.spec if plan is not None else None
     choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec, body.prompt_logprobs)
+    check_output_budget(choices, state.settings.max_output_units)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
