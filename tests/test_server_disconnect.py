@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from forge.server.background import BackgroundServer
-from tests.server_helpers import serving
+from tests.server_helpers import error_of, serving
 
 MODEL = "synthetic"
 FREED_WITHIN_S = 1.0
@@ -45,19 +45,25 @@ def aborted(m: dict[tuple[str, str], float]) -> float:
     return m["forge:request_success_total", "abort"]
 
 
-def send_then_leave(server: BackgroundServer, path: str, body: dict[str, Any]) -> tuple[float, float]:
-    """Send ``body`` without reading the answer, wait until the engine runs it, close the connection;
-    the seconds until ``/metrics`` shows nothing running or waiting and no KV block in use (at most 5),
-    and how many more requests ``/metrics`` then counts as aborted."""
-    before = aborted(samples(server.url))
+def send_raw(server: BackgroundServer, path: str, body: dict[str, Any]) -> socket.socket:
+    """A connection that has sent ``body`` (its answer is never read)."""
     data = json.dumps(body).encode()
     head = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     )
     sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(head.encode() + data)
+    return sock
+
+
+def send_then_leave(server: BackgroundServer, path: str, body: dict[str, Any]) -> tuple[float, float]:
+    """Send ``body`` without reading the answer, wait until the engine runs it, close the connection;
+    the seconds until ``/metrics`` shows nothing running or waiting and no KV block in use (at most 5),
+    and how many more requests ``/metrics`` then counts as aborted."""
+    before = aborted(samples(server.url))
+    sock = send_raw(server, path, body)
     try:
-        sock.sendall(head.encode() + data)
         deadline = time.monotonic() + 60
         while busy(samples(server.url))[0] == 0:
             assert time.monotonic() < deadline, "the request never ran"
@@ -101,3 +107,23 @@ def test_a_client_that_stays_gets_its_answer(server: BackgroundServer) -> None:
     assert r.status_code == 200 and [c["finish_reason"] for c in r.json()["choices"]] == ["length", "length"]
     e = httpx.post(server.url + "/v1/embeddings", json={"model": MODEL, "input": ["a", "b"]}, timeout=30)
     assert e.status_code == 200 and len(e.json()["data"]) == 2
+
+
+def test_a_grammar_compile_keeps_its_slot_after_its_client_left() -> None:
+    """The compile a gone client started still runs in its worker, so it still counts against
+    structured.max_pending_compiles: a second compile meanwhile is a 503, not queued past the cap."""
+    slow = {"model": MODEL, "prompt": "x", "max_tokens": 8, "regex": "[ab]*a[ab]{16}"}  # past the compile budget
+    limits = ["structured.compile_timeout_s=4", "structured.compile_workers=1", "structured.max_pending_compiles=0"]
+    with serving(["model=synthetic", "engine.max_model_len=256", *limits]) as s:
+        assert httpx.post(s.url + "/v1/completions", json={**slow, "regex": "a"}, timeout=60).status_code == 200
+        sock = send_raw(s, "/v1/completions", slow)
+        time.sleep(1.0)  # its compile is running
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        time.sleep(0.2)  # the handler is cancelled
+        r = httpx.post(s.url + "/v1/completions", json={**slow, "regex": "[ab]*b[ab]{16}"}, timeout=60)
+        assert error_of(r, 503)["code"] == "overloaded"
+        deadline = time.monotonic() + 60
+        while httpx.post(s.url + "/v1/completions", json={**slow, "regex": "b"}, timeout=60).status_code == 503:
+            assert time.monotonic() < deadline, "the slot was never given back"
+            time.sleep(0.2)
