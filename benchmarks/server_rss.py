@@ -2,6 +2,7 @@
 of a given shape (prompts x n x logprobs x max_tokens), run ``--repeat`` times on one server process.
 
     python -m benchmarks.server_rss --prompts 16 --n 16 --logprobs 20 --max-tokens 186 --repeat 3
+    python -m benchmarks.server_rss --embed-inputs 256     # /v1/embeddings: 256 x "a b", float encoding
 
 The server is ``run.py mode=serve`` in a child process (``--set`` adds overrides; the default model is
 ``synthetic``); its RSS is sampled every 10 ms with psutil while the request runs. Prints one JSON line per
@@ -60,14 +61,14 @@ def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> Non
         time.sleep(0.01)
 
 
-def run_once(proc: psutil.Process, url: str, body: dict[str, Any]) -> dict[str, Any]:
+def run_once(proc: psutil.Process, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     before = proc.memory_info().rss
     samples: list[int] = [before]
     stop = threading.Event()
     sampler = threading.Thread(target=peak_rss, args=(proc, stop, samples))
     sampler.start()
     t0 = time.monotonic()
-    r = httpx.post(url + "/v1/completions", json=body, timeout=3600)
+    r = httpx.post(url + path, json=body, timeout=3600)
     seconds = time.monotonic() - t0
     stop.set()
     sampler.join()
@@ -91,21 +92,29 @@ def main() -> None:
     ap.add_argument("--logprobs", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=186)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--embed-inputs", type=int, default=0, help="measure /v1/embeddings of this many inputs instead")
     ap.add_argument("--set", nargs="*", default=["model=synthetic"], help="run.py overrides for the server")
     args = ap.parse_args()
-    prompts = [f"prompt {i}: tell me a long story" for i in range(args.prompts)]
-    body = {
-        "model": next((s.split("=", 1)[1] for s in args.set if s.startswith("model=")), "synthetic"),
-        **{"prompt": prompts, "n": args.n, "logprobs": args.logprobs, "max_tokens": args.max_tokens},
-        "ignore_eos": True,
-    }
-    units = args.prompts * args.n * args.max_tokens * (1 + args.logprobs + 1)
+    model = next((s.split("=", 1)[1] for s in args.set if s.startswith("model=")), "synthetic")
+    if args.embed_inputs:
+        path, body = (
+            "/v1/embeddings",
+            {"model": model, "input": ["a b"] * args.embed_inputs, "encoding_format": "float"},
+        )
+        warm: dict[str, Any] = {**body, "input": ["warm up"]}
+        units = 0  # inputs x dimensions, read from the warm-up's embedding below
+    else:
+        prompts = [f"prompt {i}: tell me a long story" for i in range(args.prompts)]
+        body = {"model": model, "prompt": prompts, "n": args.n, "logprobs": args.logprobs}
+        body = {**body, "max_tokens": args.max_tokens, "ignore_eos": True}
+        path, warm = "/v1/completions", {**body, "prompt": "warm up", "n": 1, "max_tokens": 4}
+        units = args.prompts * args.n * args.max_tokens * (1 + args.logprobs + 1)
     with server(args.set) as (proc, port):
         url = f"http://127.0.0.1:{port}"
-        warm = {**body, "prompt": "warm up", "n": 1, "max_tokens": 4}
-        httpx.post(url + "/v1/completions", json=warm, timeout=600).raise_for_status()
+        answer = httpx.post(url + path, json=warm, timeout=600).raise_for_status().json()
+        units = units or args.embed_inputs * len(answer["data"][0]["embedding"])
         for i in range(args.repeat):
-            print(json.dumps({"run": i, "output_units": units, **run_once(proc, url, body)}), flush=True)
+            print(json.dumps({"run": i, "output_units": units, **run_once(proc, url, path, body)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,18 @@ def test_at_the_limit_served_just_over_refused(small: BackgroundServer, kind: st
     r = httpx.post(small.url + path, json={"model": MODEL, **over, "ignore_eos": True}, timeout=30)
     assert error_of(r, 400)["code"] == "output_budget_exceeded"
     assert "(server.max_output_units)" in r.json()["error"]["message"]
+
+
+def test_embeddings_count_inputs_times_dimensions(default: BackgroundServer) -> None:
+    """synthetic's embeddings have 4096 numbers: 256 inputs are the default's 1048576 units, 257 are over
+    (2048 inputs were a 172 MiB response and +1 GiB of server RSS)."""
+    body = {"model": MODEL, "encoding_format": "base64"}
+    r = httpx.post(default.url + "/v1/embeddings", json={**body, "input": [[5, 6]] * 256}, timeout=120)
+    assert r.status_code == 200 and len(r.json()["data"]) == 256
+    for n in (257, 2048):
+        r = httpx.post(default.url + "/v1/embeddings", json={**body, "input": ["a b"] * n}, timeout=30)
+        err = error_of(r, 400)
+        assert err["param"] == "input" and err["code"] == "output_budget_exceeded"
+        assert (
+            f"may produce {n * 4096} output units" in err["message"] and "(server.max_output_units)" in err["message"]
+        )

@@ -23,7 +23,9 @@ FREED_WITHIN_S = 1.0
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[BackgroundServer]:
-    with serving(["model=synthetic", "engine.max_model_len=8192", "engine.max_num_seqs=32"]) as s:
+    # 2048 embeddings of synthetic's 4096 numbers: over the default output budget
+    overrides = ["engine.max_model_len=8192", "engine.max_num_seqs=32", "server.max_output_units=8388608"]
+    with serving(["model=synthetic", *overrides]) as s:
         yield s
 
 

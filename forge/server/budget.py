@@ -5,7 +5,8 @@ A request's output units are, summed over its choices (``n``, ``best_of`` sequen
 prompt's): ``max_tokens x (1 + logprob entries per token)`` (``logprobs=k``: k + 1 entries, the top k and
 the sampled token), plus for prompt logprobs ``prompt tokens x (1 + entries)`` and for ``echo`` the prompt's
 tokens. Each unit is a token or a logprob entry the engine returns, the server keeps until the response is
-whole, and the response carries (tens of bytes of JSON, ~100-200 bytes of server memory)."""
+whole, and the response carries (tens of bytes of JSON, ~100-200 bytes of server memory). An embeddings
+request's units are its inputs x the embedding's dimensions (one number each, as costly)."""
 
 from __future__ import annotations
 
@@ -41,5 +42,18 @@ def check_output_budget(choices: list[ChoiceSpec], limit: int, echo: bool = Fals
             f"may produce at most {limit} (server.max_output_units): lower max_tokens, n, best_of, logprobs "
             "or the number of prompts",
             param="max_tokens",
+            code="output_budget_exceeded",
+        )
+
+
+def check_embedding_budget(num_inputs: int, dimensions: int, limit: int) -> None:
+    """400 naming the limit and its setting when ``num_inputs`` embeddings of ``dimensions`` numbers exceed it."""
+    units = num_inputs * dimensions
+    if units > limit:
+        raise APIError(
+            f"this request may produce {units} output units ({num_inputs} inputs x {dimensions} dimensions); one "
+            f"request may produce at most {limit} (server.max_output_units): send at most {limit // dimensions} "
+            "inputs per request",
+            param="input",
             code="output_budget_exceeded",
         )
