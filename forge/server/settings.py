@@ -19,9 +19,9 @@ class ServerSettings:
     ``finish_reason="abort"`` chunk and ``[DONE]``).
     ``served_model_name``: the id ``/v1/models`` lists (null: the model option's name).
     ``max_stop_len``: most characters in one stop string.
-    ``max_output_units``: most output units one completions or chat request may produce, checked before it
-    runs (``forge.server.budget``: per choice ``max_tokens x (1 + logprob entries)``, plus echoed and
-    prompt-logprob prompt tokens); past it, a 400.
+    ``max_output_units``: most output units one completions, chat or embeddings request may produce, checked
+    before it runs (``forge.server.budget``: per choice ``max_tokens x (1 + logprob entries)``, plus echoed
+    and prompt-logprob prompt tokens; embeddings: inputs x dimensions); past it, a 400.
     ``max_body_bytes``: larger request bodies get 413. ``body_timeout_s``: a body not complete
     this long after its headers gets 408. ``header_timeout_s``: a connection whose request
     headers are not complete this long after it opened (or after the request's first byte) is
