@@ -396,6 +396,17 @@ def bearer_cases() -> list[Case]:
     ]
 
 
+def budget_cases() -> list[Case]:
+    """Requests whose output would be too large to hold (issue 40): 400 before they run (server.max_output_units)."""
+    prompts = [f"prompt {i}" for i in range(16)]
+    long = ["x" * 1000 for _ in range(16)]
+    return [
+        bad("budget-16x16-logprobs20-300", cmpl(prompt=prompts, n=16, logprobs=20, max_tokens=300), "max_tokens"),
+        bad("budget-best_of16", cmpl(prompt=prompts, best_of=16, logprobs=20, max_tokens=300), "max_tokens"),
+        bad("budget-echo-prompt_logprobs", cmpl(prompt=long, n=16, echo=True, prompt_logprobs=20), "max_tokens"),
+    ]
+
+
 CASES: tuple[Case, ...] = (
     *numeric_cases(),
     *int_cases(),
@@ -404,6 +415,7 @@ CASES: tuple[Case, ...] = (
     *body_cases(),
     *route_cases(),
     *bearer_cases(),
+    *budget_cases(),
 )
 
 

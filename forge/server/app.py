@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -37,6 +37,8 @@ from forge.server.batch_routes import batches_router
 from forge.server.batch_store import BatchStore
 from forge.server.batches import BatchRunner
 from forge.server.bodies import OffLoopBodyRoute
+from forge.server.budget import check_output_budget
+from forge.server.disconnect import unless_disconnected
 from forge.server.embeddings import create_embeddings, embedding_service, embeddings_router
 from forge.server.errors import ERROR_RESPONSES, error_response, install_error_handlers
 from forge.server.files import FileStore, files_router
@@ -296,6 +298,7 @@ async def _completions(state: ServerState, body: CompletionRequest, token_ids: b
     choices = await b.choices(
         body, prompts, body.max_tokens, 16, engine_k, None, engine_prompt_k, plan.num_sequences, plan.beam
     )
+    check_output_budget(choices, state.settings.max_output_units, echo=body.echo)
     cid = b.next_id("cmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -382,6 +385,7 @@ async def _chat(state: ServerState, body: ChatCompletionRequest) -> Response:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     spec = plan.spec if plan is not None else None
     choices = await b.choices(body, [prompt], max_tokens, None, engine_logprobs, spec, body.prompt_logprobs)
+    check_output_budget(choices, state.settings.max_output_units)
     cid = b.next_id("chatcmpl")
     gen = Generation(state, choices, cid)
     gen.start()
@@ -553,12 +557,12 @@ def build_app(
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> Response:
-        return await _completions(state, body)
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await unless_disconnected(request, _completions(state, body))
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest) -> Response:
-        return await _chat(state, body)
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        return await unless_disconnected(request, _chat(state, body))
 
     app.include_router(tokenize_router(builder, limits, name, settings.max_json_nesting))
     owners = Owners(settings, settings.state_path() / "owner.secret")

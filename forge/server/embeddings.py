@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response
 
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.bodies import OffLoopBodyRoute
+from forge.server.budget import check_embedding_budget
+from forge.server.disconnect import unless_disconnected
 from forge.server.generation import EngineLimits, check_encodable, check_model
 from forge.server.protocol import APIError, EmbeddingRequest
 from forge.tokenizers.base import Tokenizer
@@ -39,8 +42,8 @@ MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
 @dataclass(frozen=True)
 class EmbeddingService:
     """What the route needs of the server: the engine, the tokenizer and limits the inputs are
-    checked against, the served name, the pooling, the model's hidden size (the embedding's length)
-    and whether the server is draining (for the 503's words)."""
+    checked against, the served name, the pooling, the model's hidden size (the embedding's length),
+    whether the server is draining (for the 503's words) and the output budget (``forge.server.budget``)."""
 
     engine: AsyncEngine
     tokenizer: Tokenizer
@@ -49,6 +52,7 @@ class EmbeddingService:
     pooling: PoolingParams
     hidden_size: int
     draining: Callable[[], bool]
+    max_output_units: int
 
     def prompts(self, body: EmbeddingRequest) -> list[list[int]]:
         """The token ids of each input, checked: not empty, in the vocabulary, within the limits."""
@@ -60,6 +64,7 @@ class EmbeddingService:
             items = [items]  # one prompt given as token ids
         if len(items) > MAX_INPUTS:
             raise APIError(f"at most {MAX_INPUTS} inputs per request, got {len(items)}", param="input")
+        check_embedding_budget(len(items), self.hidden_size, self.max_output_units)
         prompts = []
         for i, item in enumerate(items):
             where = "input" if len(items) == 1 else f"input[{i}]"
@@ -140,6 +145,7 @@ def embedding_service(
         pooling,
         engine.runner.model.dims.hidden_size,
         lambda: state.draining,
+        state.settings.max_output_units,
     )
 
 
@@ -184,7 +190,7 @@ def embeddings_router(service: EmbeddingService) -> APIRouter:
     ids = itertools.count()
 
     @router.post("/v1/embeddings")
-    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
-        return await create_embeddings(service, body, f"embd-{next(ids)}")
+    async def embeddings(body: EmbeddingRequest, request: HTTPRequest) -> Response:
+        return await unless_disconnected(request, create_embeddings(service, body, f"embd-{next(ids)}"))
 
     return router

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from forge.server.disconnect import CLIENT_CLOSED, unless_disconnected
 from forge.server.errors import validation_error
 from forge.server.protocol import APIError, CompletionRequest, GenerateRequest
 
@@ -45,7 +46,10 @@ def generate_router(complete: Callable[[CompletionRequest], Awaitable[Response]]
         completion = CompletionRequest(
             model=model_name, prompt=body.prompt, max_tokens=body.max_tokens, temperature=0.0
         )
-        answer: dict[str, Any] = json.loads(bytes((await complete(completion)).body))
+        response = await unless_disconnected(request, complete(completion))
+        if response.status_code == CLIENT_CLOSED:
+            return response
+        answer: dict[str, Any] = json.loads(bytes(response.body))
         usage = answer["usage"]
         return JSONResponse(
             {

@@ -25,6 +25,9 @@ class ServerSettings:
     ``finish_reason="abort"`` chunk and ``[DONE]``).
     ``served_model_name``: the id ``/v1/models`` lists (null: the model option's name).
     ``max_stop_len``: most characters in one stop string.
+    ``max_output_units``: most output units one completions, chat or embeddings request may produce, checked
+    before it runs (``forge.server.budget``: per choice ``max_tokens x (1 + logprob entries)``, plus echoed
+    and prompt-logprob prompt tokens; embeddings: inputs x dimensions); past it, a 400.
     ``max_body_bytes``: larger request bodies get 413. ``body_timeout_s``: a body not complete
     this long after its headers gets 408. ``header_timeout_s``: a connection whose request
     headers are not complete this long after it opened (or after the request's first byte) is
@@ -62,6 +65,7 @@ class ServerSettings:
     served_model_name: str | None = None
     log_level: str = "info"
     max_stop_len: int = 1024
+    max_output_units: int = 1024 * 1024
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: float = 30.0
     header_timeout_s: float = 10.0
@@ -96,7 +100,7 @@ class ServerSettings:
             raise ValueError("server.max_waiting and server.max_n must be >= 1")
         if self.batch_max_in_flight < 1:
             raise ValueError(f"server.batch_max_in_flight must be >= 1, got {self.batch_max_in_flight}")
-        for name in ("max_stop_len", "max_body_bytes", "max_header_bytes"):
+        for name in ("max_stop_len", "max_output_units", "max_body_bytes", "max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("body_timeout_s", "header_timeout_s", "keep_alive_timeout_s"):

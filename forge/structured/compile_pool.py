@@ -156,10 +156,18 @@ class CompilePool:
                 )
             self._in_flight += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, self.compile_blocking, spec)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+            job = self._threads.submit(self.compile_blocking, spec)
+        except BaseException:
+            self._release()
+            raise
+        # the slot is held until the compile ends, even when its caller is gone (a client that
+        # disconnects cancels the await, not the compile): the cap stays a cap
+        job.add_done_callback(lambda _: self._release())
+        return await asyncio.wrap_future(job)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def compile_blocking(self, spec: ConstraintSpec) -> Grammar:
         """``compile`` for a caller that may block (no waiting-line cap)."""
