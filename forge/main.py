@@ -27,8 +27,8 @@ def oversubscription_warning(load_average: float, cores: int) -> str | None:
         return None
     return (
         f"the machine was oversubscribed at the start (load average {load_average:.1f} on {cores} cores): "
-        "wall-clock latencies include waiting for a core; rerun on an idle machine, use clock=simulated, "
-        "or pin torch to fewer threads (backend.num_threads=1)"
+        "wall-clock latencies include waiting for a core; rerun on an idle machine or use clock=simulated "
+        "(torch's threads: backend.num_threads, 1 by default)"
     )
 
 
