@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from forge.config import ConfigError
 from forge.results.launch_record import JobRecord, LaunchRecord, append_launch_record
+from forge.results.redact import redact_overrides, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,11 @@ class SweepLauncher(Launcher):
     def _record(
         self, sweep_dir: Path, args: list[JobArgs], clocks: list[str], alone: list[bool], n_together: int
     ) -> None:
+        secrets = secret_values({}, [o for a in args for o in a[1]])  # a key given on the command line
         jobs = [
-            JobRecord(num=a[0], overrides=list(a[1]), clock=clock, ran="alone" if solo else "parallel")
+            JobRecord(
+                num=a[0], overrides=redact_overrides(a[1], secrets), clock=clock, ran="alone" if solo else "parallel"
+            )
             for a, clock, solo in zip(args, clocks, alone, strict=True)
         ]
         record = LaunchRecord(
