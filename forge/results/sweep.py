@@ -6,6 +6,12 @@ MULTIRUN_DIR (one with ``summary.json``; its overrides from ``.hydra/overrides.y
 ``overrides.yaml``), and writes ``sweep.parquet`` (one row per run: the overrides as columns, the
 summary, goodput and the mean KV breakdown), ``sweep_report.md`` and PNG plots into MULTIRUN_DIR.
 
+Runs that differ only in ``seed`` (``-m ... seed=1,2,3``) are one configuration: the report's table
+and plots give each metric's mean ± 95% CI over its seeds (``forge.results.sweep_stats``), and name
+configurations whose curves coincide. The report also says how the jobs ran (the launcher's
+``launch.json``, checked against each run's ``timing.json``: whether a wall-clock run overlapped
+another) and carries every warning the runs wrote (``forge.results.sweep_context``).
+
 Goodput follows ``vllm bench serve``: requests per second meeting every SLO. The default SLO is
 Vidur's (TTFT P90 < 2 s, TBT P99 < 200 ms), applied per request: TTFT <= ``ttft_slo`` and the request's
 own P99 time between tokens <= ``tbt_slo``. ``slo_met`` is the run-level check (P90 TTFT and P99 TBT
