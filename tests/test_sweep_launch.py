@@ -116,3 +116,10 @@ def test_backend_num_threads_is_honoured_or_refused(tmp_path: Path) -> None:
         [*cmd, "backend.num_threads=0", f"hydra.run.dir={tmp_path / 'zero'}"], cwd=REPO, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "backend.num_threads" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_an_unknown_wall_jobs_setting_is_a_one_line_config_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, "run.py", "-m", "model=synthetic", "clock=simulated", "hydra.launcher.wall_jobs=maybe"]
+    proc = subprocess.run([*cmd, f"hydra.sweep.dir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == "config error: hydra.launcher.wall_jobs='maybe': must be serial or parallel"

@@ -32,7 +32,6 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
 
-from forge.config import ConfigError
 from forge.results.launch_record import JobRecord, LaunchRecord, append_launch_record
 from forge.results.redact import redact_overrides, secret_values
 
@@ -114,7 +113,7 @@ class SweepLauncher(Launcher):
 
     def __init__(self, job_overrides: Sequence[str] = (), progress: bool = True, wall_jobs: str = "serial") -> None:
         if wall_jobs not in WALL_JOBS:
-            raise ConfigError(f"hydra.launcher.wall_jobs={wall_jobs!r}: must be serial or parallel")
+            raise ValueError(f"hydra.launcher.wall_jobs={wall_jobs!r}: must be serial or parallel")
         self.job_overrides = list(job_overrides)
         self.progress = progress
         self.wall_jobs = wall_jobs
