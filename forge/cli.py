@@ -92,7 +92,7 @@ def hydra_error_line(exc: BaseException) -> str:
     """Hydra's (or OmegaConf's) multi-line message about a command line it could not compose, as
     one line naming the override: an option that does not exist (with the options there are), a
     key that is not a setting, an override that does not parse, a value of the wrong type."""
-    from hydra.errors import MissingConfigException, OverrideParseException
+    from hydra.errors import InstantiationException, MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     def first_line(err: BaseException) -> str:
@@ -104,6 +104,8 @@ def hydra_error_line(exc: BaseException) -> str:
         return f"{group}={name}: no such option (options: {', '.join(exc.options)})"
     if isinstance(exc, OverrideParseException):
         return f"{exc.override}: not an override Hydra can parse ({first_line(exc)})"
+    if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ValueError):
+        return first_line(exc.__cause__)
     cause = exc.__cause__
     if isinstance(cause, ConfigKeyError | ConfigAttributeError) and getattr(cause, "full_key", None):
         return f"{cause.full_key}: not a setting ({first_line(cause)})"
@@ -120,7 +122,9 @@ def _is_compose_error(exc: BaseException, job_started: bool) -> bool:
     from hydra.errors import CompactHydraException, InstantiationException
     from omegaconf.errors import OmegaConfBaseException
 
-    if isinstance(exc, CompactHydraException) and not isinstance(exc, InstantiationException):
+    if isinstance(exc, InstantiationException):  # a Hydra plugin's setting (hydra.launcher.*) it refused
+        return not job_started and "full_key: hydra." in str(exc)
+    if isinstance(exc, CompactHydraException):
         return True
     return not job_started and isinstance(exc, OmegaConfBaseException)
 

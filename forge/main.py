@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +27,38 @@ def oversubscription_warning(load_average: float, cores: int) -> str | None:
         return None
     return (
         f"the machine was oversubscribed at the start (load average {load_average:.1f} on {cores} cores): "
-        "wall-clock latencies include waiting for a core; rerun on an idle machine, use clock=simulated, "
-        "or pin torch to fewer threads (backend.num_threads=1)"
+        "wall-clock latencies include waiting for a core; rerun on an idle machine or use clock=simulated "
+        "(torch's threads: backend.num_threads, 1 by default)"
     )
 
 
+def torch_threads() -> int | None:
+    """The threads torch computes with in this process (None when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None
+
+
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Run the workload and write the run directory; ``timing.json`` there records when the job ran
+    (``started_at`` / ``ended_at``, Unix seconds, model build included: what a sweep's overlap checks
+    read), kept out of ``summary.json`` so that a simulated run's summary is a function of its config."""
+    started_at = time.time()
     validate(cfg)
     engine = build_engine(cfg)
     try:
-        return _run_engine(cfg, engine, run_dir)
+        summary = _run_engine(cfg, engine, run_dir)
     finally:
         engine.close()
+    timing = {"started_at": started_at, "ended_at": time.time(), "pid": os.getpid()}
+    (run_dir / "timing.json").write_text(json.dumps(timing, indent=2))
+    return summary
 
 
 def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any]:
     warnings = []
+    load_start = os.getloadavg()[0]
     if not engine.clock.simulated:
-        busy = oversubscription_warning(os.getloadavg()[0], os.cpu_count() or 1)
+        busy = oversubscription_warning(load_start, os.cpu_count() or 1)
         if busy is not None:
             warnings.append(busy)
     default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
@@ -61,6 +77,8 @@ def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
     summary["commit"] = git_commit()
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
+    if not engine.clock.simulated:  # what a wall-clock timing depends on besides the code
+        summary.update(wall_conditions(load_start))
     if warnings:
         summary["warnings"] = warnings
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +91,17 @@ def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any
 
         write_report(run_dir)
     return summary
+
+
+def wall_conditions(load_start: float) -> dict[str, Any]:
+    """A wall-clock run's conditions: torch's thread count, the cores, and the 1-minute load
+    average when the run started and when it ended."""
+    return {
+        "torch_threads": torch_threads(),
+        "cpu_count": os.cpu_count() or 1,
+        "load_avg_start": round(load_start, 2),
+        "load_avg_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -97,5 +126,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{'prefix cache hit rate':<28}{rate:.1%}")
     if "spec_acceptance_rate" in summary:
         lines.append(f"{'spec acceptance rate':<28}{summary['spec_acceptance_rate']:.1%}")
+    if "load_avg_start" in summary:
+        threads = f"{summary['torch_threads']} torch threads" if summary.get("torch_threads") else "torch not loaded"
+        load = f"load avg {summary['load_avg_start']:.2f} -> {summary['load_avg_end']:.2f}"
+        lines.append(f"{'wall-clock conditions':<28}{threads}, {load} on {summary['cpu_count']} cores")
     lines.extend(f"warning: {w}" for w in summary.get("warnings", []))
     return "\n".join(lines)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer
+from forge.kernels.base import AttentionMetadata, KernelBackend, KVLayer, KVSpec
 from forge.kernels.kv_quant import dequantize, is_quantized, write_rows
 
 if TYPE_CHECKING:
@@ -65,13 +66,28 @@ class TorchBackend(KernelBackend):
     name = "torch"
 
     def __init__(self, device: str = "auto", num_threads: int | None = None) -> None:
+        """``num_threads``: torch's intra-op threads for this process (null: leave torch's as they
+        are, every core in a fresh process). Set now when torch is loaded, else when this backend
+        first allocates torch tensors: a run whose model computes on the host never loads torch."""
+        if num_threads is not None and (isinstance(num_threads, bool) or num_threads < 1):
+            raise ValueError(f"backend.num_threads must be null or an integer >= 1, got {num_threads!r}")
         if device == "auto":
             device = auto_device()
         super().__init__(device)
-        if num_threads:
+        self.num_threads = num_threads
+        if "torch" in sys.modules:
+            self._apply_num_threads()
+
+    def _apply_num_threads(self) -> None:
+        if self.num_threads is not None:
             import torch
 
-            torch.set_num_threads(num_threads)
+            if torch.get_num_threads() != self.num_threads:
+                torch.set_num_threads(self.num_threads)
+
+    def allocate_kv_cache(self, spec: KVSpec, num_blocks: int, block_size: int) -> list[KVLayer]:
+        self._apply_num_threads()
+        return super().allocate_kv_cache(spec, num_blocks, block_size)
 
     def write_kv(self, kv: KVLayer, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         k_cache, v_cache = kv

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from hydra.core.utils import JobReturn
@@ -31,7 +31,10 @@ def _job_on_node(cwd: str, *args: Any) -> tuple[int, JobReturn, str]:
 
 class RayLauncher(SweepLauncher):
     """``address``: the cluster to join (``auto``: the one ``ray start`` left running; null: a new
-    local one); ``num_cpus``: CPUs Ray reserves per job, which bounds how many run at once."""
+    local one); ``num_cpus``: CPUs Ray reserves per job, which bounds how many run at once;
+    ``wall_jobs: serial``: each wall-clock job is submitted alone, after the parallel jobs are done
+    and the one before it has finished (nothing else of the sweep runs anywhere on the cluster
+    meanwhile); ``parallel``: with the rest."""
 
     def __init__(
         self,
@@ -39,23 +42,41 @@ class RayLauncher(SweepLauncher):
         num_cpus: float = 1.0,
         job_overrides: Sequence[str] = (),
         progress: bool = True,
+        wall_jobs: str = "serial",
     ) -> None:
-        super().__init__(job_overrides, progress)
+        super().__init__(job_overrides, progress, wall_jobs)
         self.address = address
         self.num_cpus = num_cpus
         self.where = f"on Ray (address={address}, num_cpus={num_cpus} per job)"
 
-    def _run(self, args: list[JobArgs]) -> Iterable[tuple[int, JobReturn]]:
+    def parallelism(self, n: int) -> str:
+        return f"in parallel as Ray tasks of num_cpus={self.num_cpus} each (address={self.address})"
+
+    def serial_description(self) -> str:
+        return "one Ray task at a time, after the parallel jobs, nothing else of the sweep running"
+
+    def _execute(self, together: list[JobArgs], one_by_one: list[JobArgs]) -> Iterator[tuple[int, JobReturn]]:
         import ray
 
         ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         try:
             remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_job_on_node)
-            pending = [remote.remote(os.getcwd(), *a) for a in args]
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                idx, ret, node = ray.get(done[0])
-                log.info(f"\tjob #{idx} ran on Ray node {node}")
-                yield idx, ret
+            yield from self._wait_all(remote, together)
+            for a in one_by_one:
+                yield from self._wait_all(remote, [a])
         finally:
             ray.shutdown()
+
+    def _run(self, args: list[JobArgs]) -> Iterable[tuple[int, JobReturn]]:
+        return self._execute(args, [])
+
+    @staticmethod
+    def _wait_all(remote: Any, args: list[JobArgs]) -> Iterator[tuple[int, JobReturn]]:
+        import ray
+
+        pending = [remote.remote(os.getcwd(), *a) for a in args]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            idx, ret, node = ray.get(done[0])
+            log.info(f"\tjob #{idx} ran on Ray node {node}")
+            yield idx, ret

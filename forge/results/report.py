@@ -85,7 +85,12 @@ def kv_axis_top(steps: pd.DataFrame) -> float:
     to 1, 2 or 5 times a power of ten (at most 100), so a run that uses 0.5% of its pool shows its shape."""
     total = steps["kv_total_slots"].replace(0, np.nan)
     used = sum((100 * steps[col] / total for col, _ in KV_PARTS), pd.Series(0.0, index=steps.index))
-    peak = float(used.max()) if used.notna().any() else 0.0
+    return axis_top(float(used.max()) if used.notna().any() else 0.0)
+
+
+def axis_top(peak: float) -> float:
+    """A %-axis top for data peaking at ``peak`` %: ``peak`` plus 20%, rounded up to 1, 2 or 5 times a
+    power of ten, at most 100 (100 when nothing is above 0)."""
     if not peak > 0:
         return 100.0
     wanted = peak * 1.2

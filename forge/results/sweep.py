@@ -6,6 +6,12 @@ MULTIRUN_DIR (one with ``summary.json``; its overrides from ``.hydra/overrides.y
 ``overrides.yaml``), and writes ``sweep.parquet`` (one row per run: the overrides as columns, the
 summary, goodput and the mean KV breakdown), ``sweep_report.md`` and PNG plots into MULTIRUN_DIR.
 
+Runs that differ only in ``seed`` (``-m ... seed=1,2,3``) are one configuration: the report's table
+and plots give each metric's mean ± 95% CI over its seeds (``forge.results.sweep_stats``), and name
+configurations whose curves coincide. The report also says how the jobs ran (the launcher's
+``launch.json``, checked against each run's ``timing.json``: whether a wall-clock run overlapped
+another) and carries every warning the runs wrote (``forge.results.sweep_context``).
+
 Goodput follows ``vllm bench serve``: requests per second meeting every SLO. The default SLO is
 Vidur's (TTFT P90 < 2 s, TBT P99 < 200 ms), applied per request: TTFT <= ``ttft_slo`` and the request's
 own P99 time between tokens <= ``tbt_slo``. ``slo_met`` is the run-level check (P90 TTFT and P99 TBT
@@ -23,17 +29,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the Agg backend, imported on first use: the sweep callback is loaded by
-    every ``python run.py``, and matplotlib would add ~0.4 s to each run's start."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
+from forge.results.sweep_context import launch_lines, run_warnings, sweep_title
+from forge.results.sweep_plots import cdf_figure, coincidence_note, curves, kv_figure, metric_figure
+from forge.results.sweep_stats import SEED_KEY, aggregate, coinciding, config_axes, format_table
 
 KV_PARTS = (
     ("kv_token_slots", "token states"),
@@ -130,89 +128,6 @@ def pick_x(df: pd.DataFrame, axes: list[str]) -> str | None:
     return candidates[0] if candidates else None
 
 
-def series_label(row: pd.Series, keys: list[str]) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={row[k]}" for k in keys) or "all runs"
-
-
-def plot_vs_x(df: pd.DataFrame, x: str, hue: list[str], metrics: list[tuple[str, str]], path: Path, title: str) -> None:
-    metrics = [(m, label) for m, label in metrics if m in df]
-    if not metrics:
-        return
-    ncols = min(len(metrics), 3)
-    nrows = -(-len(metrics) // ncols)
-    plt = _pyplot()
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.8 * nrows), squeeze=False)
-    groups = df.groupby(hue, sort=True) if hue else [((), df)]
-    for ax, (metric, label) in zip(axes.flat, metrics, strict=False):
-        for key, g in groups:
-            g = g.sort_values(x)
-            name = series_label(g.iloc[0], hue)
-            ax.plot(g[x], g[metric], marker="o", label=name)
-            del key
-        ax.set_xlabel(x)
-        ax.set_ylabel(label)
-        ax.set_title(f"{label} vs {x.split('.')[-1]}")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(metrics) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_cdfs(sweep_dir: Path, df: pd.DataFrame, axes_keys: list[str], path: Path) -> None:
-    plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for _, row in df.iterrows():
-        req_path = sweep_dir / row["run"] / "requests.parquet"
-        if not req_path.is_file():
-            continue
-        req = pd.read_parquet(req_path)
-        label = series_label(row, axes_keys)
-        ttft = np.sort(req["ttft"].dropna().to_numpy(dtype=float)) * 1e3
-        itl = np.sort(np.asarray([x for lst in req["itl"] for x in lst], dtype=float)) * 1e3
-        for ax, vals in ((ax1, ttft), (ax2, itl)):
-            if vals.size:
-                ax.plot(vals, np.arange(1, vals.size + 1) / vals.size, label=label)
-    for ax, name in ((ax1, "TTFT"), (ax2, "time between tokens")):
-        ax.set_xscale("log")
-        ax.set_xlabel(f"{name} (ms, log scale)")
-        ax.set_ylabel("fraction")
-        ax.set_title(f"{name} CDF per run")
-        ax.grid(alpha=0.3)
-    if len(df) <= 16:
-        ax1.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_kv_bars(df: pd.DataFrame, axes_keys: list[str], path: Path) -> None:
-    parts = [(f"kv_share_{c.removeprefix('kv_').removesuffix('_slots')}", label) for c, label in KV_PARTS]
-    parts = [(c, label) for c, label in parts if c in df]
-    if not parts:
-        return
-    labels = [series_label(r, axes_keys) for _, r in df.iterrows()]
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(df) + 3), 4.5))
-    bottom = np.zeros(len(df))
-    for col, label in parts:
-        vals = 100 * df[col].fillna(0).to_numpy(dtype=float)
-        ax.bar(range(len(df)), vals, bottom=bottom, label=label)
-        bottom += vals
-    ax.set_xticks(range(len(df)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("% of KV slots (mean over steps)")
-    ax.set_title("KV cache breakdown per run (rest: free)")
-    ax.set_ylim(0, 100)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 TABLE_COLS = (
     "request_throughput",
     "output_throughput",
@@ -233,6 +148,9 @@ LATENCY_METRICS = [
     ("mean_e2e_ms", "E2E latency mean (ms)"),
     ("request_throughput", "throughput (req/s)"),
 ]
+GOODPUT_METRICS = [("goodput", "goodput (req/s)"), ("slo_attainment", "fraction meeting SLO (0-1)")]
+KV_SHARES = [(f"kv_share_{c.removeprefix('kv_').removesuffix('_slots')}", label) for c, label in KV_PARTS]
+WALL_COLS = ("torch_threads", "load_avg_start", "load_avg_end")
 
 
 def markdown_table(df: pd.DataFrame, cols: list[str]) -> str:
@@ -248,49 +166,94 @@ def first(df: pd.DataFrame, col: str) -> str:
 
 
 def write_sweep_report(sweep_dir: Path | str, ttft_slo: float = 2.0, tbt_slo: float = 0.2) -> Path:
+    """``sweep.parquet``, ``sweep_report.md`` and the plots; runs that differ only in ``seed`` are
+    one configuration, shown as mean ± 95% CI over its seeds (``forge.results.sweep_stats``)."""
     sweep_dir = Path(sweep_dir)
     df = gather(sweep_dir, ttft_slo, tbt_slo)
     df.to_parquet(sweep_dir / "sweep.parquet")
     axes = sweep_axes(df)
-    x = pick_x(df, axes)
-    hue = [a for a in axes if a != x]
     if axes:
         df = df.sort_values(axes, kind="stable").reset_index(drop=True)
+    keys = config_axes(axes)
+    agg = aggregate(df, axes, [*TABLE_COLS, *(m for m, _ in LATENCY_METRICS), *(c for c, _ in KV_SHARES)])
+    x = pick_x(agg, keys)
+    hue = [k for k in keys if k != x]
+    title = sweep_title(sweep_dir, df)
+    seeds = int(agg["runs"].max())
+    if seeds > 1:
+        title += f" · mean ± 95% CI over {seeds} seeds"
+    how, sweep_warnings = launch_lines(sweep_dir, df)
+    figures = {
+        "latency_vs_x.png": metric_figure(agg, x, hue, LATENCY_METRICS, f"Latency and throughput\n{title}"),
+        "goodput_vs_x.png": metric_figure(
+            agg, x, hue, GOODPUT_METRICS, f"Goodput (TTFT <= {ttft_slo:g} s, P99 TBT <= {tbt_slo * 1e3:g} ms)\n{title}"
+        ),
+        "cdfs.png": cdf_figure(sweep_dir, df, axes, title),
+        "kv_breakdown.png": kv_figure(agg, keys, KV_SHARES, title),
+    }
+    for name, fig in figures.items():
+        if fig is not None:
+            fig.savefig(sweep_dir / name, dpi=100)
     lines = [
         f"# Sweep report — `{sweep_dir}`",
+        "",
+        f"**{title}**",
         "",
         f"{len(df)} runs; swept: {', '.join(f'`{a}`' for a in axes) or 'nothing'}. "
         f"Commit `{first(df, 'commit')}`, clock: {first(df, 'clock')}, machine: {first(df, 'machine')}.",
         f"Goodput SLO: TTFT <= {ttft_slo:g} s and per-request P99 time between tokens <= {tbt_slo * 1e3:g} ms.",
         "All runs: `sweep.parquet` (one row per run).",
         "",
-        markdown_table(df, [*axes, *TABLE_COLS]),
-        "",
+        *section("How the jobs ran", how),
+        *warning_section(sweep_warnings, run_warnings(sweep_dir, df)),
+        *results_section(df, agg, axes, keys, x, hue),
+        *(f"## {h}\n![{h}]({n})\n" for n, h in PLOT_HEADINGS if figures.get(n) is not None),
     ]
-    if x is not None:
-        plot_vs_x(df, x, hue, LATENCY_METRICS, sweep_dir / "latency_vs_x.png", "Latency and throughput")
-        plot_vs_x(
-            df,
-            x,
-            hue,
-            [("goodput", "goodput (req/s)"), ("slo_attainment", "fraction meeting SLO")],
-            sweep_dir / "goodput_vs_x.png",
-            f"Goodput (TTFT <= {ttft_slo:g} s, P99 TBT <= {tbt_slo * 1e3:g} ms)",
-        )
-        lines += [
-            "## Latency vs " + x,
-            "![latency](latency_vs_x.png)",
-            "",
-            "## Goodput",
-            "![goodput](goodput_vs_x.png)",
-            "",
-        ]
-    plot_cdfs(sweep_dir, df, axes, sweep_dir / "cdfs.png")
-    plot_kv_bars(df, axes, sweep_dir / "kv_breakdown.png")
-    lines += ["## CDFs", "![cdfs](cdfs.png)", "", "## KV cache breakdown", "![kv](kv_breakdown.png)", ""]
     out = sweep_dir / "sweep_report.md"
     out.write_text("\n".join(lines))
     return out
+
+
+PLOT_HEADINGS = (
+    ("latency_vs_x.png", "Latency and throughput"),
+    ("goodput_vs_x.png", "Goodput"),
+    ("cdfs.png", "CDFs"),
+    ("kv_breakdown.png", "KV cache breakdown"),
+)
+
+
+def section(heading: str, body: list[str]) -> list[str]:
+    return [f"## {heading}", "", *body, ""]
+
+
+def warning_section(sweep_warnings: list[str], per_run: list[tuple[str, str, str]]) -> list[str]:
+    """Every warning: the sweep's own, then each run's (from its ``summary.json``), with the run."""
+    if not sweep_warnings and not per_run:
+        return section("Warnings", ["None: no run wrote a warning."])
+    body = [f"> **warning (sweep):** {w}\n" for w in sweep_warnings]
+    body += [f"> **warning (run `{run}`, {overrides}):** {w}\n" for run, overrides, w in per_run]
+    return section(f"Warnings ({len(sweep_warnings) + len(per_run)})", body)
+
+
+def results_section(
+    df: pd.DataFrame, agg: pd.DataFrame, axes: list[str], keys: list[str], x: str | None, hue: list[str]
+) -> list[str]:
+    """The table (per configuration, mean ± 95% CI, when seeds were swept; else per run) and which
+    configurations coincide."""
+    seeded = int(agg["runs"].max()) > 1
+    body = []
+    if seeded:
+        body += [f"Mean ± 95% CI (Student's t) over each configuration's seeds ({SEED_KEY} swept).", ""]
+        body += [format_table(agg, keys, list(TABLE_COLS)), ""]
+    body += [markdown_table(df, [*axes, *TABLE_COLS, *WALL_COLS])]
+    notes = [
+        f"- {label}: {coincidence_note(groups)}"
+        for metric, label in [*LATENCY_METRICS, *GOODPUT_METRICS]
+        if metric in agg and (groups := coinciding(curves(agg, x, hue, metric)))
+    ]
+    if notes:
+        body += ["", "Configurations whose curves coincide (the plots mark them):", *notes]
+    return section("Results per configuration" if seeded else "Results", body)
 
 
 def main(argv: list[str] | None = None) -> None:
