@@ -115,7 +115,12 @@ def test_a_grammar_compile_keeps_its_slot_after_its_client_left() -> None:
     """The compile a gone client started still runs in its worker, so it still counts against
     structured.max_pending_compiles: a second compile meanwhile is a 503, not queued past the cap."""
     slow = {"model": MODEL, "prompt": "x", "max_tokens": 8, "regex": "[ab]*a[ab]{16}"}  # past the compile budget
-    limits = ["structured.compile_timeout_s=4", "structured.compile_workers=1", "structured.max_pending_compiles=0"]
+    limits = [
+        "structured.compile_timeout_s=4",
+        "structured.compile_workers=1",
+        "structured.max_pending_compiles=0",
+        "structured.max_states=100000000",
+    ]  # so the slow compile runs into its time budget, not its state cap
     with serving(["model=synthetic", "engine.max_model_len=256", *limits]) as s:
         assert httpx.post(s.url + "/v1/completions", json={**slow, "regex": "a"}, timeout=60).status_code == 200
         sock = send_raw(s, "/v1/completions", slow)
