@@ -75,9 +75,14 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 
 install_step() {
     if compgen -G "$WHEELS/*.whl" >/dev/null; then
+        local wheels=("$WHEELS"/*.whl)
+        if [ "$DRY" = 1 ] && ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
+            echo "dry run on $("$PY" -V): the pure-Python wheels only (the cp312 ones are for the device)"
+            wheels=("$WHEELS"/*-none-any.whl)
+        fi
         "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-            --target "$WORK/site" "$WHEELS"/*.whl || return 1
-        ls "$WHEELS"/*.whl
+            --target "$WORK/site" "${wheels[@]}" || return 1
+        printf '%s\n' "${wheels[@]##*/}"
     elif [ "$DRY" = 0 ]; then
         echo "no wheels in $WHEELS: run benchmarks/gpu/fetch_wheels.sh and carry benchmarks/gpu/wheels"
         return 1
@@ -85,7 +90,8 @@ install_step() {
         echo "no wheels in $WHEELS: the dry run checks imports from this environment"
     fi
     "$PY" -c "
-import forge, gguf, hydra, omegaconf
+import forge, gguf, hydra, omegaconf, outlines_core, pydantic
+import forge.server.generation  # LLM.generate's path
 from forge.config import compose_config
 cfg = compose_config(['model=tiny', 'backend=cuda', 'backend.runtime=cpu'])
 print('forge from', forge.__file__, '| hydra', hydra.__version__, '| omegaconf', omegaconf.__version__)

@@ -2,8 +2,11 @@
 # Download, on a machine with PyPI, the wheels benchmarks/gpu/device_check.sh installs on the device
 # machine (issue 39). That machine has Python 3.12, torch (CUDA 13), cupy-cuda13x, transformers,
 # numpy, pyyaml, packaging, tqdm, requests, pytest... (the device tool's KINDS.md) and fetches
-# nothing, so exactly what forge imports and it lacks travels as wheels: hydra-core, omegaconf,
-# antlr4-python3-runtime (hydra's parser) and gguf. forge itself travels as the working tree.
+# nothing, so exactly what forge imports on the check's paths and it lacks travels as wheels:
+# hydra-core, omegaconf, antlr4-python3-runtime (hydra's parser), gguf, outlines-core (the default
+# structured-output backend, which config validation imports) and pydantic with its dependencies
+# (LLM.generate goes through forge.server.generation); typing-extensions travels too, at the version
+# pydantic needs, in case the device's is older. forge itself travels as the working tree.
 #
 #   bash benchmarks/gpu/fetch_wheels.sh [DEST]      # DEST: benchmarks/gpu/wheels (git-ignored)
 #
@@ -17,7 +20,8 @@ DEST=${1:-$HERE/wheels}
 PY=${PYTHON:-python3}
 LIMIT_BYTES=$((64 * 1024 * 1024))
 # Pinned within pyproject's ranges: the versions the CI machine runs.
-BINARY=(hydra-core==1.3.8 omegaconf==2.3.1 gguf==0.19.0)
+BINARY=(hydra-core==1.3.8 omegaconf==2.3.1 gguf==0.19.0 outlines-core==0.2.14 pydantic==2.13.4 pydantic-core==2.46.4
+    annotated-types==0.7.0 typing-inspection==0.4.2 typing-extensions==4.16.0)
 # omegaconf and hydra need antlr4-python3-runtime==4.9.*, published as a source archive only:
 # built here into a pure-Python (py3-none-any) wheel.
 SOURCE_ONLY=(antlr4-python3-runtime==4.9.3)
