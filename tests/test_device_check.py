@@ -1,7 +1,8 @@
 """The GPU device check (issue 39) cannot rot between device loans: its dry run passes every step.
 
-``benchmarks/gpu/device_check.sh --dry-run`` runs the device check's seven steps (install, machine,
-the kernel tests, the throughput benchmark, and the three compute-sanitizer steps' test commands)
+``benchmarks/gpu/device_check.sh --dry-run`` runs the device check's eight steps (install, machine,
+the kernel tests, the throughput benchmark, the three compute-sanitizer steps' test commands, the
+full shape matrix's)
 on the CPU execution layer with a toy model. These tests run it as a user would and read its
 summary and output files; they also check that the check fails, rather than passes, where there
 is no GPU, and that its time budget stops steps.
@@ -22,7 +23,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu" / "device_check.sh"
-STEPS = ["install", "machine", "pytest-gpu", "throughput", "memcheck", "racecheck", "synccheck"]
+STEPS = ["install", "machine", "pytest-gpu", "throughput", "memcheck", "racecheck", "synccheck", "pytest-full"]
 DRY_SECTIONS = [
     "batch-forge-cuda",
     "batch-forge-torch",
@@ -53,10 +54,11 @@ def test_dry_run_passes_every_step(tmp_path: Path) -> None:
     assert steps(proc.stdout) == dict.fromkeys(STEPS, "pass")
     summary = (tmp_path / "summary.txt").read_text()
     assert steps(summary) == dict.fromkeys(STEPS, "pass")
-    assert "device_check (dry-run): 7 of 7 steps passed" in summary
+    assert "device_check (dry-run): 8 of 8 steps passed" in summary
     # The kernel tests ran (on the CPU layer) and none was skipped.
     assert re.search(r"^4 passed", (tmp_path / "pytest_gpu.log").read_text(), re.MULTILINE)
     assert (tmp_path / "sanitizer.log").read_text().count("1 passed") == 3
+    assert re.search(r"^1 passed", (tmp_path / "pytest_gpu_full.log").read_text(), re.MULTILINE)
     assert f"torch: {torch.__version__}" in (tmp_path / "machine.txt").read_text()
     results = json.loads((tmp_path / "throughput.json").read_text())
     for section in DRY_SECTIONS:
@@ -79,14 +81,14 @@ def test_without_a_gpu_the_device_check_fails_instead_of_skipping(tmp_path: Path
     assert all(status[name] != "pass" for name in STEPS[1:]), status
     assert "tests skipped or none ran" in (tmp_path / "pytest_gpu.log").read_text()
     passed = sum(s == "pass" for s in status.values())
-    assert f"device_check (device): {passed} of 7 steps passed" in (tmp_path / "summary.txt").read_text()
+    assert f"device_check (device): {passed} of 8 steps passed" in (tmp_path / "summary.txt").read_text()
 
 
 def test_spent_budget_leaves_steps_not_run_and_fails(tmp_path: Path) -> None:
     proc = run_check(tmp_path, "--dry-run", DEVICE_CHECK_BUDGET_S="3")
     assert proc.returncode != 0
     assert steps(proc.stdout) == dict.fromkeys(STEPS, "not-run")
-    assert "0 of 7 steps passed" in proc.stdout
+    assert "0 of 8 steps passed" in proc.stdout
 
 
 def python312() -> str | None:

@@ -26,26 +26,30 @@ def torch_lines() -> list[str]:
     return lines
 
 
-def cupy_lines() -> list[str]:
+def cupy_lines() -> tuple[list[str], bool]:
+    """CuPy's lines, and whether CuPy reached the CUDA driver."""
     try:
         import cupy  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
-        return [f"cupy: not importable ({exc})"]
+        return [f"cupy: not importable ({exc})"], False
     lines = [f"cupy: {cupy.__version__}"]
     try:
         lines.append(f"cuda runtime: {cupy.cuda.runtime.runtimeGetVersion()}")
         lines.append(f"cuda driver: {cupy.cuda.runtime.driverGetVersion()}")
-        lines.append(f"nvrtc: {cupy.cuda.nvrtc.getVersion()}")
     except Exception as exc:  # no driver: report it, the caller decides
-        lines.append(f"cupy cuda: unavailable ({exc})")
-    return lines
+        return [*lines, f"cupy cuda: unavailable ({exc})"], False
+    try:
+        lines.append(f"nvrtc: {cupy.cuda.nvrtc.getVersion()}")
+    except Exception as exc:  # informative only
+        lines.append(f"nvrtc: version unknown ({exc})")
+    return lines, True
 
 
 def main(argv: list[str]) -> int:
     want_gpu = argv[1:] == ["cuda"]
-    lines = torch_lines() + cupy_lines()
-    print("\n".join(lines))
-    if want_gpu and not (torch.cuda.is_available() and lines[-1].startswith("nvrtc")):
+    cupy, cupy_ok = cupy_lines()
+    print("\n".join(torch_lines() + cupy))
+    if want_gpu and not (torch.cuda.is_available() and cupy_ok):
         print("no usable GPU: torch must see one and CuPy must import and reach the driver")
         return 1
     return 0
