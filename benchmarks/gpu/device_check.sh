@@ -5,6 +5,10 @@
 #   bash benchmarks/gpu/device_check.sh            # writes under $OUT, prints a summary (<= 8 min)
 #   bash benchmarks/gpu/device_check.sh --dry-run  # the same steps on the CPU execution layer
 #
+# The device tool's call: run(command="bash benchmarks/gpu/device_check.sh",
+# carry=["benchmarks/gpu/wheels"], timeout_s=560); then commit $OUT's files under
+# reports/gpu/<date>-<gpu>/ with the command and commit (issue 39).
+#
 # Steps, each under its own time limit (a hang costs that step only; later steps still run and the
 # whole stays within DEVICE_CHECK_BUDGET_S, default 480 s; DEVICE_CHECK_TIME_SCALE multiplies both):
 #   install    the carried wheels into a temporary prefix, offline; import forge, compose a config
