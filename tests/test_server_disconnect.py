@@ -17,15 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from forge.server.background import BackgroundServer
 from tests.server_helpers import error_of, serving
 
-MODEL = "synthetic"
+MODEL = "tiny"  # real torch steps: a request's engine time is seconds, not a fraction of one
 FREED_WITHIN_S = 1.0
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[BackgroundServer]:
-    # 2048 embeddings of synthetic's 4096 numbers: over the default output budget
-    overrides = ["engine.max_model_len=8192", "engine.max_num_seqs=32", "server.max_output_units=8388608"]
-    with serving(["model=synthetic", *overrides]) as s:
+    overrides = ["engine.max_model_len=4096", "engine.max_num_seqs=32"]
+    with serving(["model=tiny", *overrides], model_name=MODEL) as s:
         yield s
 
 
@@ -70,7 +69,7 @@ def send_then_leave(server: BackgroundServer, path: str, body: dict[str, Any]) -
         while busy(samples(server.url))[0] == 0:
             assert time.monotonic() < deadline, "the request never ran"
             time.sleep(0.02)
-        time.sleep(0.3)  # well into its work
+        time.sleep(0.1)  # into its work (each request takes about 2 s here)
     finally:
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
@@ -81,15 +80,15 @@ def send_then_leave(server: BackgroundServer, path: str, body: dict[str, Any]) -
     return freed_after, aborted(samples(server.url)) - before
 
 
-LONG: dict[str, Any] = {"model": MODEL, "max_tokens": 8000, "ignore_eos": True}
+LONG: dict[str, Any] = {"model": MODEL, "max_tokens": 4000, "ignore_eos": True}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "completion": ("/v1/completions", {**LONG, "prompt": "a long one"}),
     "chat": ("/v1/chat/completions", {**LONG, "messages": [{"role": "user", "content": "a long one"}]}),
-    "n": ("/v1/completions", {**LONG, "prompt": "many", "n": 16, "max_tokens": 4000}),
+    "n": ("/v1/completions", {**LONG, "prompt": "many", "n": 16, "max_tokens": 2000}),
     "chat_n": ("/v1/chat/completions", {**LONG, "messages": [{"role": "user", "content": "x"}], "n": 8}),
     "best_of": ("/v1/completions", {**LONG, "prompt": "best", "n": 2, "best_of": 8}),
     "beam": ("/v1/completions", {**LONG, "prompt": "beam", "n": 4, "use_beam_search": True, "temperature": 0}),
-    "generate": ("/generate", {"prompt": "a long one", "max_tokens": 8000}),
+    "generate": ("/generate", {"prompt": "a long one", "max_tokens": 4000}),
     "embeddings": ("/v1/embeddings", {"model": MODEL, "input": [[1 + i % 9] * 500 for i in range(2048)]}),
 }
 
@@ -114,7 +113,7 @@ def test_a_client_that_stays_gets_its_answer(server: BackgroundServer) -> None:
 def test_a_grammar_compile_keeps_its_slot_after_its_client_left() -> None:
     """The compile a gone client started still runs in its worker, so it still counts against
     structured.max_pending_compiles: a second compile meanwhile is a 503, not queued past the cap."""
-    slow = {"model": MODEL, "prompt": "x", "max_tokens": 8, "regex": "[ab]*a[ab]{16}"}  # past the compile budget
+    slow = {"model": "synthetic", "prompt": "x", "max_tokens": 8, "regex": "[ab]*a[ab]{16}"}  # past the compile budget
     limits = [
         "structured.compile_timeout_s=4",
         "structured.compile_workers=1",
