@@ -1,0 +1,268 @@
+"""A JSON schema as a regex that matches only JSON texts valid against it (forge's own compiler,
+used by both structured backends; the keywords it enforces are ``schema_rules.SUPPORTED``).
+
+The regex may match fewer valid texts than the schema allows (properties in the order given,
+optional ones omitted or present; numbers as ``schema_numbers`` writes them; no whitespace but
+single spaces), never an invalid one. Per keyword: ``type`` (a name or a list), ``enum`` /
+``const`` (each value checked against the whole subschema with ``jsonschema``, so the other
+keywords beside it hold too), ``anyOf``, ``oneOf`` (disjoint branches only), ``allOf`` (merged:
+``schema_merge``), local ``$ref`` (``$defs``, ``definitions``, any pointer; a reference met
+``max_recursion_depth`` times on one path stops there: an optional property or array item is
+then left out, a required one makes the branch impossible), numeric bounds and integer
+``multipleOf`` (``schema_numbers``), ``minLength`` / ``maxLength`` / ``pattern`` / ``format``
+(``schema_strings``), ``properties`` / ``required`` / ``additionalProperties`` (a schema for the
+values of a map without ``properties``; with ``properties`` only those are written),
+``items`` / ``prefixItems`` / ``minItems`` / ``maxItems``. A schema that accepts no value
+(``enum: []``, ``minimum`` above ``maximum``, a required property that cannot be written, ...)
+is refused with the place and the reason, as is anything forge cannot enforce."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from forge.structured.schema_containers import ANY_VALUE, alt, array_regex, object_regex
+from forge.structured.schema_merge import Disjointness, merge
+from forge.structured.schema_numbers import Bounds, int_range, multiples, number_range
+from forge.structured.schema_rules import (
+    ANNOTATIONS,
+    MAX_DEPTH,
+    Path,
+    SchemaRefused,
+    check_keywords,
+    count,
+    number,
+    refuse,
+    resolve,
+    schema_list,
+    types,
+)
+from forge.structured.schema_strings import FORMATS, PatternRefused, escape_literal, pattern_regex, string_regex
+
+
+@dataclass(frozen=True)
+class At:
+    """Where the compiler is: the place in the schema (for messages) and the references followed."""
+
+    path: Path = ()
+    refs: tuple[str, ...] = ()
+
+    def down(self, *keys: str | int) -> At:
+        if len(self.path) + len(self.refs) + len(keys) > MAX_DEPTH:
+            raise refuse(self.path, f"the schema nests deeper than {MAX_DEPTH} levels")
+        return At((*self.path, *keys), self.refs)
+
+    def via(self, ref: str) -> At:
+        return At((*self.path, "$ref"), (*self.refs, ref))
+
+
+class SchemaCompiler:
+    """Compiles one schema (``regex()``); ``max_recursion_depth`` bounds recursive references."""
+
+    def __init__(self, root: Any, max_recursion_depth: int) -> None:
+        self.root = root
+        self.max_refs = max(1, max_recursion_depth)
+        self.why_empty: SchemaRefused | None = None
+        self.disjoint = Disjointness(lambda ref, path: resolve(self.root, ref, path))
+        self._validator: Any = None
+
+    def regex(self) -> str:
+        out = self.node(self.root, At())
+        if out is None:
+            raise self.why_empty or refuse((), "no value satisfies the schema")
+        return out
+
+    def nothing(self, at: At, why: str) -> str | None:
+        """No value here (None); the first such reason is the message should the whole schema accept none."""
+        if self.why_empty is None:
+            self.why_empty = refuse(at.path, f"no value satisfies it: {why}")
+        return None
+
+    def node(self, schema: Any, at: At) -> str | None:
+        if schema is True:
+            return ANY_VALUE
+        if schema is False:
+            return self.nothing(at, "the schema is false")
+        if not isinstance(schema, dict):
+            raise refuse(at.path, "a schema must be an object or a boolean")
+        check_keywords(schema, at.path)
+        if "$ref" in schema:
+            return self.reference(schema, at)
+        if "allOf" in schema:
+            return self.all_of(schema, at)
+        if "enum" in schema or "const" in schema:
+            return self.listed(schema, schema, at)
+        if "anyOf" in schema or "oneOf" in schema:
+            return self.any_of(schema, at)
+        return self.typed(schema, at)
+
+    def follow(self, ref: Any, at: At) -> tuple[Any, At] | None:
+        """The target of ``ref`` and where it is; None where recursion stops."""
+        target = resolve(self.root, ref, at.path)
+        if at.refs.count(ref) >= self.max_refs:
+            self.nothing(at, f"$ref {ref[:64]!r} recurses deeper than max_recursion_depth={self.max_refs}")
+            return None
+        return target, at.via(ref)
+
+    def reference(self, schema: dict[str, Any], at: At) -> str | None:
+        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+        if rest:
+            return self.all_of({"allOf": [rest, {"$ref": schema["$ref"]}]}, at)
+        found = self.follow(schema["$ref"], at)
+        return None if found is None else self.node(*found)
+
+    def expand(self, schema: dict[str, Any], at: At) -> tuple[list[Any], At]:
+        """``schema``'s ``allOf`` flattened, top-level references followed."""
+        parts: list[Any] = []
+        todo = [{k: v for k, v in schema.items() if k != "allOf"}, *schema_list(schema, "allOf", at.path)]
+        while todo:
+            part = todo.pop(0)
+            if isinstance(part, dict):
+                check_keywords(part, at.path)
+                if "$ref" in part:
+                    found = self.follow(part["$ref"], at)
+                    rest = {k: v for k, v in part.items() if k != "$ref"}
+                    todo = [*todo, rest, *(found[:1] if found is not None else [False])]
+                    at = found[1] if found is not None else at
+                    continue
+                if "allOf" in part:
+                    todo = [
+                        *todo,
+                        {k: v for k, v in part.items() if k != "allOf"},
+                        *schema_list(part, "allOf", at.path),
+                    ]
+                    continue
+            if part is not True:
+                parts.append(part)
+        return parts, at
+
+    def all_of(self, schema: dict[str, Any], at: At) -> str | None:
+        parts, inner = self.expand(schema, at)
+        if any(p is False for p in parts):
+            return self.nothing(at, "an allOf branch is false (or recurses too deep)")
+        if not all(isinstance(p, dict) for p in parts):
+            raise refuse((*at.path, "allOf"), "a schema must be an object or a boolean")
+        listed = next((p for p in parts if "enum" in p or "const" in p), None)
+        if listed is not None:
+            return self.listed(listed, schema, at)
+        choice = next((p for p in parts if "anyOf" in p or "oneOf" in p), None)
+        if choice is not None:
+            key = "anyOf" if "anyOf" in choice else "oneOf"
+            branches = schema_list(choice, key, inner.path)
+            if key == "oneOf":
+                self.disjoint.check(branches, inner.path)
+            others = [p for p in parts if p is not choice] + [{k: v for k, v in choice.items() if k != key}]
+            return self.node({"anyOf": [{"allOf": [*others, b]} for b in branches]}, inner.down("allOf"))
+        return self.typed(merge(parts, inner.path), inner)
+
+    def valid(self, schema: Any, value: Any) -> bool:
+        if self._validator is None:
+            cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
+            root = self.root if isinstance(self.root, dict) else {}
+            self._validator = cls(root, format_checker=cls.FORMAT_CHECKER)
+        return bool(self._validator.evolve(schema=schema).is_valid(value))
+
+    def listed(self, source: dict[str, Any], schema: dict[str, Any], at: At) -> str | None:
+        """``source``'s enum / const values that are valid against ``schema``, written out."""
+        values = [source["const"]] if "const" in source else source["enum"]
+        if not isinstance(values, list):
+            raise refuse((*at.path, "enum"), "enum must be a list")
+        try:
+            kept = [v for v in values if self.valid(schema, v)]
+        except Exception as exc:  # the validator's errors for a schema it cannot use
+            raise refuse(at.path, f"its enum/const values cannot be checked against it: {exc}") from exc
+        if not kept:
+            return self.nothing(at, "no enum/const value satisfies the schema's other keywords")
+        texts = dict.fromkeys(json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in kept)
+        return alt([escape_literal(t) for t in texts])
+
+    def any_of(self, schema: dict[str, Any], at: At) -> str | None:
+        key = "anyOf" if "anyOf" in schema else "oneOf"
+        branches = schema_list(schema, key, at.path)
+        if key == "oneOf":
+            self.disjoint.check(branches, at.path)
+        rest = {k: v for k, v in schema.items() if k != key and k not in ANNOTATIONS}
+        return alt(
+            [self.node({"allOf": [rest, b]} if rest else b, at.down(key, i)) for i, b in enumerate(branches)]
+        ) or self.nothing(at, f"no {key} branch can be satisfied")
+
+    def typed(self, schema: dict[str, Any], at: At) -> str | None:
+        names = types(schema, at.path)
+        writers = {
+            "null": lambda: "null",
+            "boolean": lambda: "(?:true|false)",
+            "integer": lambda: self.integer(schema, at),
+            "number": lambda: self.number(schema, at),
+            "string": lambda: self.string(schema, at),
+            "array": lambda: self.array(schema, at),
+            "object": lambda: self.object(schema, at),
+        }
+        out = alt([writers[t]() for t in names])
+        return out if out is not None else self.nothing(at, f"no value of type {', '.join(names) or '[]'} fits")
+
+    def bounds(self, schema: dict[str, Any], at: At) -> Bounds:
+        lo, xlo = number(schema, "minimum", at.path), number(schema, "exclusiveMinimum", at.path)
+        hi, xhi = number(schema, "maximum", at.path), number(schema, "exclusiveMaximum", at.path)
+        low = (xlo, True) if xlo is not None and (lo is None or xlo >= lo) else (lo, False)
+        high = (xhi, True) if xhi is not None and (hi is None or xhi <= hi) else (hi, False)
+        return Bounds(low[0], low[1], high[0], high[1])
+
+    def integer(self, schema: dict[str, Any], at: At) -> str | None:
+        bounds = self.bounds(schema, at)
+        lo, hi = bounds.int_lo(), bounds.int_hi()
+        if lo is not None and hi is not None and lo > hi:
+            return self.nothing(at, "no integer lies within its minimum/maximum bounds")
+        step = schema.get("multipleOf")
+        if step is None:
+            return int_range(lo, hi)
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if isinstance(step, bool) or not isinstance(step, int) or step <= 0:
+            raise refuse((*at.path, "multipleOf"), "forge enforces multipleOf only for a positive integer")
+        try:
+            out = multiples(step, lo, hi)
+        except ValueError as exc:
+            raise refuse((*at.path, "multipleOf"), str(exc)) from exc
+        return out if out is not None else self.nothing(at, "no multiple of multipleOf lies within its bounds")
+
+    def number(self, schema: dict[str, Any], at: At) -> str | None:
+        if "multipleOf" in schema:
+            return self.integer(schema, at)
+        out = number_range(self.bounds(schema, at))
+        return out if out is not None else self.nothing(at, "forge writes no number within its bounds")
+
+    def string(self, schema: dict[str, Any], at: At) -> str | None:
+        low, high = count(schema, "minLength", at.path) or 0, count(schema, "maxLength", at.path)
+        if high is not None and low > high:
+            return self.nothing(at, "minLength is above maxLength")
+        shaped = [k for k in ("format", "pattern") if k in schema]
+        if shaped and (len(shaped) == 2 or "minLength" in schema or "maxLength" in schema):
+            raise refuse((*at.path, shaped[0]), f"forge cannot combine {shaped[0]} with pattern/minLength/maxLength")
+        fmt = schema.get("format")
+        if fmt is not None:
+            if fmt not in FORMATS:
+                raise refuse((*at.path, "format"), f"forge enforces only the formats {', '.join(FORMATS)}")
+            return f'"{FORMATS[fmt]}"'
+        pattern = schema.get("pattern")
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise refuse((*at.path, "pattern"), "pattern must be a string")
+            try:
+                return pattern_regex(pattern)
+            except PatternRefused as exc:
+                raise refuse((*at.path, "pattern"), str(exc)) from exc
+        return string_regex(low, high)
+
+    def array(self, schema: dict[str, Any], at: At) -> str | None:
+        return array_regex(self, schema, at)
+
+    def object(self, schema: dict[str, Any], at: At) -> str | None:
+        return object_regex(self, schema, at)
+
+
+def schema_regex(schema: Any, max_recursion_depth: int) -> str:
+    """The regex of a JSON schema (``SchemaRefused`` for what forge cannot enforce)."""
+    return SchemaCompiler(schema, max_recursion_depth).regex()

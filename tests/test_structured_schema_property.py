@@ -1,0 +1,161 @@
+"""Property: every output a JSON-schema grammar allows validates against the schema, for both
+backends. Hypothesis draws schemas over every keyword forge accepts (``schema_rules.SUPPORTED``);
+each is compiled by both backends and walked at random (``tests/structured_walks.py``); each
+ended walk is parsed and checked with ``jsonschema`` (formats included). A schema forge cannot
+enforce may be refused (``SchemaRefused``, a 400 when serving), never compiled loosely.
+CI runs a small instance; ``-m slow`` a larger one."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forge.structured.base import ConstraintSpec, GrammarTooLarge
+from forge.structured.outlines_backend import OutlinesBackend
+from forge.structured.schema_rules import SchemaRefused
+from forge.structured.schema_strings import FORMATS
+from forge.structured.xgrammar_backend import XGrammarBackend
+from tests.structured_walks import TOKENIZER, guarded_walk, steered_walk
+
+WALKS = 4
+PATTERNS = ["^[a-c]+$", "x\\d{2}", "^(ab|c)*$", "[^a-z]", "\\w-\\s", '^"q\\\\$', ".{1,3}", "[é-ü]?z", "^\\D\\W$"]
+NAMES = st.sampled_from(["a", "b", "id", "x y", "é", 'q"'])
+BOUND = st.one_of(st.integers(-40, 40), st.sampled_from([-2.5, -0.5, 0.25, 1.5, 7.75, 1e3, -1e3]))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-99, 99) | st.sampled_from([0.5, -2.25, 1.0]) | st.text(max_size=3),
+    lambda c: st.lists(c, max_size=2) | st.dictionaries(st.text(max_size=2), c, max_size=2),
+    max_leaves=4,
+)
+REF = {"$ref": "#/$defs/D"}
+
+
+def _typed(kind: str, **optional: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"type": st.just(kind)}, optional=optional)
+
+
+def _numbers() -> st.SearchStrategy[dict[str, Any]]:
+    bounds = {"minimum": BOUND, "maximum": BOUND, "exclusiveMinimum": BOUND, "exclusiveMaximum": BOUND}
+    return _typed("integer", **bounds, multipleOf=st.sampled_from([1, 2, 3, 5, 25])) | _typed("number", **bounds)
+
+
+def _strings() -> st.SearchStrategy[dict[str, Any]]:
+    return (
+        _typed("string", minLength=st.integers(0, 4), maxLength=st.integers(0, 6))
+        | _typed("string", format=st.sampled_from(sorted(FORMATS)))
+        | _typed("string", pattern=st.sampled_from(PATTERNS))
+    )
+
+
+def _leaves() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        _typed("null"),
+        _typed("boolean"),
+        _numbers(),
+        _strings(),
+        st.fixed_dictionaries({"enum": st.lists(JSON_VALUES, max_size=4)}),
+        st.fixed_dictionaries({"const": JSON_VALUES}),
+        st.fixed_dictionaries(
+            {"type": st.lists(st.sampled_from(["null", "boolean", "integer", "string"]), min_size=1, unique=True)},
+            optional={"minimum": BOUND, "maxLength": st.integers(0, 3)},
+        ),
+        st.just(REF),
+        st.booleans(),
+    )
+
+
+def _object(child: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return _typed(
+        "object",
+        properties=st.dictionaries(NAMES, child, max_size=3),
+        required=st.lists(NAMES, max_size=3, unique=True),
+        additionalProperties=st.booleans() | child,
+        title=st.just("annotated"),
+    )
+
+
+def _extend(child: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    branches = st.lists(child, min_size=1, max_size=3)
+    return st.one_of(
+        _typed(
+            "array",
+            items=child,
+            prefixItems=st.lists(child, max_size=2),
+            minItems=st.integers(0, 3),
+            maxItems=st.integers(0, 4),
+        ),
+        _object(child),
+        st.fixed_dictionaries({"anyOf": branches}),
+        st.fixed_dictionaries({"oneOf": branches}),
+        st.fixed_dictionaries({"allOf": st.lists(child, min_size=1, max_size=2)}),
+    )
+
+
+SCHEMAS = st.recursive(_leaves(), _extend, max_leaves=6)
+
+
+@st.composite
+def rooted(draw: st.DrawFn) -> Any:
+    """A schema with ``$defs.D`` (which ``REF`` names: it may be recursive)."""
+    top, definition = draw(SCHEMAS), draw(SCHEMAS)
+    if isinstance(top, dict):
+        return {**top, "$defs": {"D": definition}}
+    return top
+
+
+def _uri(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    parts = urllib.parse.urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def validator(schema: Any) -> jsonschema.protocols.Validator:
+    checker = jsonschema.FormatChecker()
+    checker.checks("uri")(_uri)  # jsonschema checks it only with rfc3987 installed
+    return jsonschema.Draft202012Validator(schema, format_checker=checker)
+
+
+@pytest.fixture(scope="module")
+def backends() -> tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend]:
+    return OutlinesBackend(TOKENIZER), XGrammarBackend(TOKENIZER), XGrammarBackend(TOKENIZER, length_guard=False)
+
+
+def check_schema_outputs(backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any) -> int:
+    """Walk both backends' grammars of ``schema``; every ended walk must validate. Returns how
+    many outputs were checked (0: refused or over the compile budget)."""
+    outlines, xgrammar, free = backends
+    spec = ConstraintSpec.json_schema(schema)
+    try:
+        guide = outlines.guide(spec)
+    except (SchemaRefused, GrammarTooLarge):
+        return 0
+    check = validator(schema)
+    texts = [guarded_walk(b, spec, seed) for b in (outlines, xgrammar) for seed in range(WALKS)]
+    texts += [t for seed in range(WALKS) if (t := steered_walk(free, guide, spec, seed)) is not None]
+    for text in texts:
+        errors = [e.message for e in check.iter_errors(json.loads(text))]
+        assert not errors, f"{text!r} violates {json.dumps(schema)}: {errors}"
+    return len(texts)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(schema=rooted())
+def test_every_output_validates(
+    backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
+) -> None:
+    check_schema_outputs(backends, schema)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(schema=rooted())
+def test_every_output_validates_large(
+    backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
+) -> None:
+    check_schema_outputs(backends, schema)
