@@ -45,18 +45,21 @@ from forge.structured.schema_strings import FORMATS, PatternRefused, escape_lite
 
 @dataclass(frozen=True)
 class At:
-    """Where the compiler is: the place in the schema (for messages) and the references followed."""
+    """Where the compiler is: the place in the schema (for messages; a reference's target is named
+    by its own pointer), the references followed, and the levels walked so far."""
 
     path: Path = ()
     refs: tuple[str, ...] = ()
+    depth: int = 0
 
     def down(self, *keys: str | int) -> At:
-        if len(self.path) + len(self.refs) + len(keys) > MAX_DEPTH:
-            raise refuse(self.path, f"the schema nests deeper than {MAX_DEPTH} levels")
-        return At((*self.path, *keys), self.refs)
+        if self.depth + len(keys) > MAX_DEPTH:
+            raise refuse(self.path, f"the schema nests deeper than {MAX_DEPTH} levels (references followed included)")
+        return At((*self.path, *keys), self.refs, self.depth + len(keys))
 
     def via(self, ref: str) -> At:
-        return At((*self.path, "$ref"), (*self.refs, ref))
+        target = tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:])
+        return At(target, (*self.refs, ref), self.down("$ref").depth)
 
 
 class SchemaCompiler:
@@ -200,8 +203,10 @@ class SchemaCompiler:
             "array": lambda: self.array(schema, at),
             "object": lambda: self.object(schema, at),
         }
+        if not names:
+            return self.nothing(at, "no type is left (allOf branches of different types?)")
         out = alt([writers[t]() for t in names])
-        return out if out is not None else self.nothing(at, f"no value of type {', '.join(names) or '[]'} fits")
+        return out if out is not None else self.nothing(at, f"no value of type {', '.join(names)} fits")
 
     def bounds(self, schema: dict[str, Any], at: At) -> Bounds:
         lo, xlo = number(schema, "minimum", at.path), number(schema, "exclusiveMinimum", at.path)

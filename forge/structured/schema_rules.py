@@ -27,7 +27,7 @@ ARRAY = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxIt
 OBJECT = frozenset({"properties", "required", "additionalProperties"})
 SUPPORTED = GENERIC | NUMERIC | STRING | ARRAY | OBJECT
 Path = tuple[str | int, ...]
-MAX_DEPTH = 64  # nesting of subschemas (and of $ref expansions) walked before refusing
+MAX_DEPTH = 128  # levels of subschemas walked (across references) before refusing
 
 
 class SchemaRefused(GrammarError):
