@@ -130,7 +130,7 @@ def test_outputs_validate_on_every_path(client: openai.OpenAI, path: str) -> Non
         outputs = [out for seed in (1, 2) for out in call(client, schema, seed)]
         assert len(outputs) >= 4, outputs  # a required tool_choice may make several calls per choice
         for value, against in outputs:
-            jsonschema.validate(value, against, format_checker=jsonschema.FormatChecker())
+            jsonschema.validate(value, against, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
 
 @pytest.mark.parametrize("case,schema,named", REFUSED, ids=[c[0] for c in REFUSED])
