@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from forge.structured.base import ConstraintSpec, GrammarTooLarge
 from forge.structured.outlines_backend import OutlinesBackend
-from forge.structured.schema_rules import SchemaRefused
+from forge.structured.schema_regex import schema_regex
+from forge.structured.schema_rules import ANNOTATIONS, SUPPORTED, SchemaRefused
 from forge.structured.schema_strings import FORMATS
 from forge.structured.xgrammar_backend import XGrammarBackend
 from tests.structured_walks import TOKENIZER, guarded_walk, steered_walk
@@ -47,7 +48,7 @@ def _numbers() -> st.SearchStrategy[dict[str, Any]]:
 def _strings() -> st.SearchStrategy[dict[str, Any]]:
     return (
         _typed("string", minLength=st.integers(0, 4), maxLength=st.integers(0, 6))
-        | _typed("string", format=st.sampled_from(sorted(FORMATS)))
+        | _typed("string", format=st.sampled_from(sorted(FORMATS)), minLength=st.sampled_from([0, 5]))
         | _typed("string", pattern=st.sampled_from(PATTERNS))
     )
 
@@ -160,12 +161,32 @@ def test_every_output_of_a_scalar_schema_validates(
     check_schema_outputs(backends, schema)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(schema=rooted())
 def test_every_output_validates(
     backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
 ) -> None:
     check_schema_outputs(backends, schema)
+
+
+MALFORMED = st.recursive(
+    JSON_VALUES,
+    lambda c: (
+        st.dictionaries(st.sampled_from(sorted(SUPPORTED | ANNOTATIONS | {"not", "x"})), c, max_size=4)
+        | st.lists(c, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(schema=MALFORMED)
+def test_any_json_as_a_schema_compiles_or_is_refused(schema: Any) -> None:
+    """Keywords with values of any type: a regex or a ``SchemaRefused`` (a 400), never a crash."""
+    try:
+        assert isinstance(schema_regex(schema, 3), str)
+    except SchemaRefused as exc:
+        assert str(exc).startswith("the JSON schema at #")
 
 
 @pytest.mark.slow

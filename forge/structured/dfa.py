@@ -53,7 +53,10 @@ def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
         schema = json.loads(spec.value)
     except (ValueError, RecursionError) as exc:
         raise GrammarError("the JSON schema is not valid JSON") from exc
-    return schema_regex(schema, max_recursion_depth)
+    try:
+        return schema_regex(schema, max_recursion_depth)
+    except RecursionError as exc:  # deep enum/const values; subschemas are bounded by schema_rules.MAX_DEPTH
+        raise GrammarError("the JSON schema nests too deeply") from exc
 
 
 def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> Index:

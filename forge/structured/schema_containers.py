@@ -120,6 +120,8 @@ def _map(c: SchemaCompiler, extra: Any, at: At) -> str:
 
 
 def object_regex(c: SchemaCompiler, schema: dict[str, Any], at: At) -> str | None:
+    if not isinstance(schema.get("properties", {}), dict):
+        raise refuse((*at.path, "properties"), "properties must be an object")
     if not schema.get("properties") and not schema.get("required"):
         return _map(c, schema.get("additionalProperties"), at)
     members = _members(c, schema, at)

@@ -180,10 +180,12 @@ class Disjointness:
             return False
         if not (self.kinds(a, path) <= objects and self.kinds(b, path) <= objects):
             return False
-        common = set(a.get("required", [])) & set(b.get("required", []))
-        for name in common:
-            va = _values(self.target(a.get("properties", {}).get(name), path))
-            vb = _values(self.target(b.get("properties", {}).get(name), path))
+        ra, pa, rb, pb = a.get("required"), a.get("properties"), b.get("required"), b.get("properties")
+        if not (isinstance(ra, list) and isinstance(rb, list) and isinstance(pa, dict) and isinstance(pb, dict)):
+            return False
+        for name in {n for n in ra if isinstance(n, str)} & {n for n in rb if isinstance(n, str)}:
+            va = _values(self.target(pa.get(name), path))
+            vb = _values(self.target(pb.get(name), path))
             if va is not None and vb is not None and not va & vb:
                 return True
         return False

@@ -33,6 +33,7 @@ from forge.structured.schema_rules import (
     Path,
     SchemaRefused,
     check_keywords,
+    check_tree,
     count,
     number,
     refuse,
@@ -40,7 +41,14 @@ from forge.structured.schema_rules import (
     schema_list,
     types,
 )
-from forge.structured.schema_strings import FORMATS, PatternRefused, escape_literal, pattern_regex, string_regex
+from forge.structured.schema_strings import (
+    FORMAT_LENGTHS,
+    FORMATS,
+    PatternRefused,
+    escape_literal,
+    pattern_regex,
+    string_regex,
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class SchemaCompiler:
         self._validator: Any = None
 
     def regex(self) -> str:
+        check_tree(self.root)  # every keyword, also where it would not apply
         out = self.node(self.root, At())
         if out is None:
             raise self.why_empty or refuse((), "no value satisfies the schema")
@@ -243,14 +252,10 @@ class SchemaCompiler:
         low, high = count(schema, "minLength", at.path) or 0, count(schema, "maxLength", at.path)
         if high is not None and low > high:
             return self.nothing(at, "minLength is above maxLength")
-        shaped = [k for k in ("format", "pattern") if k in schema]
-        if shaped and (len(shaped) == 2 or "minLength" in schema or "maxLength" in schema):
-            raise refuse((*at.path, shaped[0]), f"forge cannot combine {shaped[0]} with pattern/minLength/maxLength")
-        fmt = schema.get("format")
-        if fmt is not None:
-            if fmt not in FORMATS:
-                raise refuse((*at.path, "format"), f"forge enforces only the formats {', '.join(FORMATS)}")
-            return f'"{FORMATS[fmt]}"'
+        if "format" in schema:
+            return self.formatted(schema, low, high, at)
+        if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
+            raise refuse((*at.path, "pattern"), "forge cannot combine pattern with minLength/maxLength")
         pattern = schema.get("pattern")
         if pattern is not None:
             if not isinstance(pattern, str):
@@ -260,6 +265,20 @@ class SchemaCompiler:
             except PatternRefused as exc:
                 raise refuse((*at.path, "pattern"), str(exc)) from exc
         return string_regex(low, high)
+
+    def formatted(self, schema: dict[str, Any], low: int, high: int | None, at: At) -> str:
+        fmt = schema["format"]
+        if not isinstance(fmt, str) or fmt not in FORMATS:
+            raise refuse((*at.path, "format"), f"forge enforces only the formats {', '.join(FORMATS)}")
+        if "pattern" in schema:
+            raise refuse((*at.path, "format"), "forge cannot combine format with pattern")
+        shortest, longest = FORMAT_LENGTHS[fmt]
+        if low > shortest or (high is not None and high < longest):
+            raise refuse(
+                (*at.path, "format"),
+                f"forge enforces format {fmt} only with minLength <= {shortest} and maxLength >= {longest}",
+            )
+        return f'"{FORMATS[fmt]}"'
 
     def array(self, schema: dict[str, Any], at: At) -> str | None:
         return array_regex(self, schema, at)

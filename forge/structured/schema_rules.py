@@ -57,6 +57,32 @@ def check_keywords(schema: Mapping[str, Any], path: Path) -> None:
         raise refuse((*path, "oneOf"), "forge does not combine anyOf and oneOf in one schema")
 
 
+_ONE = ("items", "additionalItems", "additionalProperties")
+_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAPS = ("properties", "$defs", "definitions")
+
+
+def _children(schema: Mapping[str, Any], path: Path) -> list[tuple[Any, Path]]:
+    out: list[tuple[Any, Path]] = [(schema[k], (*path, k)) for k in _ONE if isinstance(schema.get(k), dict)]
+    for key in _LISTS:
+        if isinstance(schema.get(key), list):
+            out.extend((sub, (*path, key, i)) for i, sub in enumerate(schema[key]))
+    for key in _MAPS:
+        if isinstance(schema.get(key), dict):
+            out.extend((sub, (*path, key, name)) for name, sub in schema[key].items())
+    return out
+
+
+def check_tree(root: Any) -> None:
+    """``check_keywords`` on every subschema, used or not (iterative: any depth)."""
+    todo: list[tuple[Any, Path]] = [(root, ())]
+    while todo:
+        schema, path = todo.pop()
+        if isinstance(schema, dict):
+            check_keywords(schema, path)
+            todo.extend(_children(schema, path))
+
+
 def types(schema: Mapping[str, Any], path: Path) -> list[str]:
     """The schema's ``type`` as a list (every type when absent)."""
     value = schema.get("type", list(TYPES))

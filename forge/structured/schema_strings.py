@@ -36,6 +36,16 @@ FORMATS = {
     "email": rf"[a-zA-Z0-9][a-zA-Z0-9._+-]{{0,30}}@{_LABEL}(?:\.{_LABEL}){{1,3}}",
     "uri": rf"https?://{_LABEL}(?:\.{_LABEL}){{0,3}}(?:/[A-Za-z0-9._~-]{{0,20}}){{0,4}}",
 }
+# the fewest and most characters of each format's strings (minLength / maxLength outside them are refused)
+FORMAT_LENGTHS = {
+    "date": (10, 10),
+    "time": (9, 21),
+    "date-time": (20, 32),
+    "uuid": (36, 36),
+    "ipv4": (7, 15),
+    "email": (5, 123),
+    "uri": (8, 183),
+}
 
 # code points a JSON string may hold unescaped (as STRING_INNER allows): not controls, '"', '\', DEL-0x9F, surrogates
 _UNSAFE = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x9F), (0xD800, 0xDFFF)]
