@@ -50,24 +50,38 @@ from forge.structured.schema_strings import (
     string_regex,
 )
 
+_INTO_VALUE = frozenset({"properties", "additionalProperties", "items", "prefixItems", "additionalItems"})
+
 
 @dataclass(frozen=True)
 class At:
     """Where the compiler is: the place in the schema (for messages; a reference's target is named
-    by its own pointer), the references followed, and the levels walked so far."""
+    by its own pointer), the references followed (all, and those since the walk last went into a
+    property or item: one of those met again is a cycle that never reaches the value's parts),
+    and the levels walked so far."""
 
     path: Path = ()
     refs: tuple[str, ...] = ()
     depth: int = 0
+    here: tuple[str, ...] = ()
 
     def down(self, *keys: str | int) -> At:
         if self.depth + len(keys) > MAX_DEPTH:
             raise refuse(self.path, f"the schema nests deeper than {MAX_DEPTH} levels (references followed included)")
-        return At((*self.path, *keys), self.refs, self.depth + len(keys))
+        here = () if keys and keys[0] in _INTO_VALUE else self.here
+        return At((*self.path, *keys), self.refs, self.depth + len(keys), here)
 
     def via(self, ref: str) -> At:
+        if ref in self.here:
+            raise refuse(
+                (*self.path, "$ref"), f"{ref[:64]!r} refers back to itself without going into a property or item"
+            )
         target = tuple(p.replace("~1", "/").replace("~0", "~") for p in ref[1:].split("/")[1:])
-        return At(target, (*self.refs, ref), self.down("$ref").depth)
+        return At(target, (*self.refs, ref), self.down("$ref").depth, (*self.here, ref))
+
+    def counting(self, ref: str, there: At) -> At:
+        """This place, also counting ``ref`` (followed to ``there``) as followed."""
+        return At(self.path, (*self.refs, ref), max(self.depth, there.depth), (*self.here, ref))
 
 
 class SchemaCompiler:
@@ -127,29 +141,29 @@ class SchemaCompiler:
         return None if found is None else self.node(*found)
 
     def expand(self, schema: dict[str, Any], at: At) -> tuple[list[Any], At]:
-        """``schema``'s ``allOf`` flattened, top-level references followed."""
+        """``schema``'s ``allOf`` flattened, top-level references followed (each part keeps the
+        chain of references it came through, so only a true cycle is one); and where the merged
+        schema is (every reference followed counted)."""
         parts: list[Any] = []
-        todo = [{k: v for k, v in schema.items() if k != "allOf"}, *schema_list(schema, "allOf", at.path)]
+        own = {k: v for k, v in schema.items() if k != "allOf"}
+        todo = [(p, at) for p in [own, *schema_list(schema, "allOf", at.path)]]
+        inner = at
         while todo:
-            part = todo.pop(0)
-            if isinstance(part, dict):
-                check_keywords(part, at.path)
-                if "$ref" in part:
-                    found = self.follow(part["$ref"], at)
-                    rest = {k: v for k, v in part.items() if k != "$ref"}
-                    todo = [*todo, rest, *(found[:1] if found is not None else [False])]
-                    at = found[1] if found is not None else at
-                    continue
-                if "allOf" in part:
-                    todo = [
-                        *todo,
-                        {k: v for k, v in part.items() if k != "allOf"},
-                        *schema_list(part, "allOf", at.path),
-                    ]
-                    continue
-            if part is not True:
+            part, where = todo.pop(0)
+            if isinstance(part, dict) and "$ref" in part:
+                check_keywords(part, where.path)
+                found = self.follow(part["$ref"], where)
+                rest = {k: v for k, v in part.items() if k != "$ref"}
+                todo += [(rest, where), found if found is not None else (False, where)]
+                if found is not None:
+                    inner = inner.counting(part["$ref"], found[1])
+            elif isinstance(part, dict) and "allOf" in part:
+                check_keywords(part, where.path)
+                rest = {k: v for k, v in part.items() if k != "allOf"}
+                todo += [(p, where) for p in [rest, *schema_list(part, "allOf", where.path)]]
+            elif part is not True:
                 parts.append(part)
-        return parts, at
+        return parts, inner
 
     def all_of(self, schema: dict[str, Any], at: At) -> str | None:
         parts, inner = self.expand(schema, at)
