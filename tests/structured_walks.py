@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from forge.structured.base import ConstraintSpec, StructuredBackend
+from forge.structured.base import Grammar
 from forge.structured.guide import DFAGuide
 from forge.tokenizers.base import ByteTokenizer
 
@@ -24,9 +24,8 @@ def _allowed(constraint: object) -> list[int]:
     return [int(i) for i in mask.nonzero().flatten().tolist()]
 
 
-def guarded_walk(backend: StructuredBackend, spec: ConstraintSpec, seed: int, budget: int = 160) -> str:
-    """A seeded walk through ``backend``'s constraint; the text at EOS (or at the budget)."""
-    grammar = backend.compile(spec)
+def guarded_walk(grammar: Grammar, seed: int, budget: int = 160) -> str:
+    """A seeded walk through a grammar's constraint (length guard on); the text at EOS."""
     constraint = grammar.constraint(max(budget, grammar.min_tokens))
     rng, out = random.Random(seed), bytearray()
     while True:
@@ -41,10 +40,10 @@ def guarded_walk(backend: StructuredBackend, spec: ConstraintSpec, seed: int, bu
         out.append(token)
 
 
-def steered_walk(free: StructuredBackend, guide: DFAGuide, spec: ConstraintSpec, seed: int) -> str | None:
-    """A seeded walk through ``free`` (xgrammar without the guard); None if it has not ended
-    after 2,000 tokens."""
-    constraint = free.compile(spec).constraint(4096)
+def steered_walk(free: Grammar, guide: DFAGuide, seed: int) -> str | None:
+    """A seeded walk through ``free`` (an xgrammar grammar without the guard), steered by ``guide``;
+    None if it has not ended after 2,000 tokens."""
+    constraint = free.constraint(4096)
     rng, out = random.Random(seed), bytearray()
     state: int | None = guide.initial
     for _ in range(2000):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forge.structured.base import ConstraintSpec, GrammarTooLarge
-from forge.structured.outlines_backend import OutlinesBackend
+from forge.structured.base import ConstraintSpec, GrammarError, GrammarTooLarge
+from forge.structured.compile_pool import CompilePool
+from forge.structured.outlines_backend import DFAGrammar, OutlinesBackend
 from forge.structured.schema_regex import schema_regex
 from forge.structured.schema_rules import ANNOTATIONS, SUPPORTED, SchemaRefused
 from forge.structured.schema_strings import FORMATS
@@ -129,23 +131,38 @@ def validator(schema: Any) -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(schema, format_checker=checker)
 
 
+Pools = tuple[CompilePool, CompilePool, CompilePool]
+
+
 @pytest.fixture(scope="module")
-def backends() -> tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend]:
-    return OutlinesBackend(TOKENIZER), XGrammarBackend(TOKENIZER), XGrammarBackend(TOKENIZER, length_guard=False)
+def backends() -> Iterator[Pools]:
+    """outlines, xgrammar, xgrammar without the length guard; each compiling in a worker bounded in
+    time and memory, as when serving (a schema past the budget is skipped)."""
+    pools = (
+        CompilePool(OutlinesBackend(TOKENIZER, compile_timeout_s=20, compile_memory_mb=1024)),
+        CompilePool(XGrammarBackend(TOKENIZER, compile_timeout_s=20, compile_memory_mb=1024)),
+        CompilePool(XGrammarBackend(TOKENIZER, length_guard=False, compile_timeout_s=20, compile_memory_mb=1024)),
+    )
+    yield pools
+    for pool in pools:
+        pool.close()
 
 
-def check_schema_outputs(backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any) -> int:
+def check_schema_outputs(pools: Pools, schema: Any) -> int:
     """Walk both backends' grammars of ``schema``; every ended walk must validate. Returns how
     many outputs were checked (0: refused or over the compile budget)."""
-    outlines, xgrammar, free = backends
     spec = ConstraintSpec.json_schema(schema)
     try:
-        guide = outlines.guide(spec)
+        outlines, xgrammar, free = (pool.compile_blocking(spec) for pool in pools)
     except (SchemaRefused, GrammarTooLarge):
         return 0
+    except GrammarError as exc:  # a refusal crosses back from the worker as a GrammarError
+        assert str(exc).startswith("the JSON schema at #"), exc
+        return 0
+    assert isinstance(outlines, DFAGrammar)
     check = validator(schema)
-    texts = [guarded_walk(b, spec, seed) for b in (outlines, xgrammar) for seed in range(WALKS)]
-    texts += [t for seed in range(WALKS) if (t := steered_walk(free, guide, spec, seed)) is not None]
+    texts = [guarded_walk(g, seed) for g in (outlines, xgrammar) for seed in range(WALKS)]
+    texts += [t for seed in range(WALKS) if (t := steered_walk(free, outlines.guide, seed)) is not None]
     for text in texts:
         errors = [e.message for e in check.iter_errors(json.loads(text))]
         assert not errors, f"{text!r} violates {json.dumps(schema)}: {errors}"
@@ -154,18 +171,14 @@ def check_schema_outputs(backends: tuple[OutlinesBackend, XGrammarBackend, XGram
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=st.one_of(_numbers(), _strings(), _leaves(), _all_of_scalars()))
-def test_every_output_of_a_scalar_schema_validates(
-    backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
-) -> None:
+def test_every_output_of_a_scalar_schema_validates(backends: Pools, schema: Any) -> None:
     """Many small schemas: each numeric and string keyword at the root, where every walk meets it."""
     check_schema_outputs(backends, schema)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(schema=rooted())
-def test_every_output_validates(
-    backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
-) -> None:
+def test_every_output_validates(backends: Pools, schema: Any) -> None:
     check_schema_outputs(backends, schema)
 
 
@@ -192,7 +205,5 @@ def test_any_json_as_a_schema_compiles_or_is_refused(schema: Any) -> None:
 @pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(schema=rooted())
-def test_every_output_validates_large(
-    backends: tuple[OutlinesBackend, XGrammarBackend, XGrammarBackend], schema: Any
-) -> None:
+def test_every_output_validates_large(backends: Pools, schema: Any) -> None:
     check_schema_outputs(backends, schema)
