@@ -197,6 +197,51 @@ def _parameters(tool: ToolDef) -> dict[str, Any]:
     return params
 
 
+_VALUES = frozenset({"enum", "const", "default", "examples"})  # keywords whose values are data, not schemas
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """A copy of ``schema`` whose local ``$ref``s (``#/...``) point under ``base`` (a JSON pointer)."""
+    out: Any = {} if isinstance(schema, dict) else [] if isinstance(schema, list) else schema
+    todo = [(schema, out, False)]  # (source, its copy, whether the source maps names to schemas)
+    while todo:
+        src, dst, is_map = todo.pop()
+        pairs = src.items() if isinstance(src, dict) else enumerate(src)
+        for key, value in pairs:
+            if isinstance(dst, dict) and not is_map and key == "$ref" and isinstance(value, str):
+                copy: Any = base + value[1:] if value.startswith("#") else value
+            elif isinstance(value, dict | list) and (is_map or key not in _VALUES or isinstance(dst, list)):
+                copy = {} if isinstance(value, dict) else []
+                todo.append((value, copy, isinstance(dst, dict) and not is_map and key in _SCHEMA_MAPS))
+            else:
+                copy = value
+            if isinstance(dst, dict):
+                dst[key] = copy
+            else:
+                dst.append(copy)
+    return out
+
+
+def required_schema(params: dict[str, dict[str, Any]], parallel: bool) -> dict[str, Any]:
+    """vLLM's schema for ``tool_choice: "required"``: ``[{"name", "parameters"}, ...]``. Each
+    function's parameters go under ``$defs`` with their references rebased there, so a
+    ``#/$defs/...`` of pydantic's (``openai.pydantic_function_tool``) still resolves."""
+    defs = {f"tool{i}": _rebased(p, f"#/$defs/tool{i}") for i, p in enumerate(params.values())}
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": [name]}, "parameters": {"$ref": f"#/$defs/tool{i}"}},
+            "required": ["name", "parameters"],
+        }
+        for i, name in enumerate(params)
+    ]
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}, "$defs": defs}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
 def tool_plan(body: ChatCompletionRequest, parser_name: str | None) -> ToolPlan | None:
     """The request's tool plan (None without tools); 400 for a choice that names no given tool,
     ``tool_choice`` without ``tools``, or a bad parameters schema."""
@@ -218,20 +263,8 @@ def tool_plan(body: ChatCompletionRequest, parser_name: str | None) -> ToolPlan 
     if choice == "none":
         return ToolPlan("none", tools, body.parallel_tool_calls, parser)
     if choice == "required":
-        items = {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {"name": {"type": "string", "enum": [n]}, "parameters": p},
-                    "required": ["name", "parameters"],
-                }
-                for n, p in params.items()
-            ]
-        }
-        schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": items}
-        if not body.parallel_tool_calls:
-            schema["maxItems"] = 1
-        return ToolPlan("required", tools, body.parallel_tool_calls, parser, ConstraintSpec.json_schema(schema))
+        spec = ConstraintSpec.json_schema(required_schema(params, body.parallel_tool_calls))
+        return ToolPlan("required", tools, body.parallel_tool_calls, parser, spec)
     name = choice.function.name
     if name not in params:
         raise APIError(f"tool_choice names function {name[:64]!r}, which is not in tools", param="tool_choice")

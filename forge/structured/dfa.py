@@ -1,6 +1,6 @@
 """Regex -> token-level DFA tables, without torch (this runs in the compile worker processes).
 
-``spec_to_regex`` turns a spec into a regex (outlines-core's JSON-schema translation);
+``spec_to_regex`` turns a spec into a regex (forge's JSON-schema compiler, ``schema_regex``);
 ``build_tables`` indexes the regex over a vocabulary with ``outlines_core.Index`` and returns
 plain picklable tables: the token transitions (EOS left out) and, per state, the fewest tokens
 to an accepting state (reverse BFS). ``DFAGuide`` (``forge.structured.guide``) builds its masks
@@ -8,14 +8,16 @@ from them."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from outlines_core import Index, Vocabulary
-from outlines_core.json_schema import BOOLEAN, NULL, NUMBER, STRING, build_regex_from_schema
+from outlines_core.json_schema import BOOLEAN, NULL, NUMBER, STRING
 
 from forge.structured.base import ConstraintSpec, GrammarBuilder, GrammarError, GrammarTooLarge
+from forge.structured.schema_regex import schema_regex
 
 INF = 1 << 30
 # rough CPython sizes of the tables once unpickled: one inner-dict entry (key, value, slot), one state
@@ -41,15 +43,20 @@ def json_object_regex(depth: int = 2) -> str:
 
 
 def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
-    """The regex a spec compiles to (``json_object``: see ``json_object_regex``)."""
+    """The regex a spec compiles to (``json_object``: see ``json_object_regex``; a JSON schema:
+    ``forge.structured.schema_regex``, which refuses what it cannot enforce)."""
     if spec.kind == "regex":
         return spec.value
     if spec.kind == "json_object":
         return json_object_regex(min(max_recursion_depth, 2))
     try:
-        return str(build_regex_from_schema(spec.value, None, max_recursion_depth))
-    except Exception as exc:  # outlines-core raises its own error types
-        raise GrammarError("the JSON schema is invalid or uses a feature forge cannot compile") from exc
+        schema = json.loads(spec.value)
+    except (ValueError, RecursionError) as exc:
+        raise GrammarError("the JSON schema is not valid JSON") from exc
+    try:
+        return schema_regex(schema, max_recursion_depth)
+    except RecursionError as exc:  # deep enum/const values; subschemas are bounded by schema_rules.MAX_DEPTH
+        raise GrammarError("the JSON schema nests too deeply") from exc
 
 
 def build_index(regex: str, tokens: list[bytes | None], eos_token_id: int) -> Index:

@@ -1,7 +1,7 @@
 """``structured=xgrammar``: xgrammar's grammar matcher computes each step's token bitmask.
 
-The spec is compiled as the same regex the outlines backend uses (outlines-core turns a JSON
-schema into it), so both backends accept exactly the same language and only the regex -> mask
+The spec is compiled as the same regex the outlines backend uses (``forge.structured.schema_regex``
+turns a JSON schema into it), so both backends accept exactly the same language and only the regex -> mask
 engine differs. xgrammar's matcher is a pushdown automaton with its own mask cache; its state
 cannot key a tensor cache, so the mask is recomputed (and its bit-packed form unpacked) each step.
 
