@@ -43,7 +43,10 @@ def test_int8_gemm_is_int_mm_bit_for_bit(m: int, n: int, k: int) -> None:
     x[0, : min(k, 40)] = 127  # the extremes: a pair of products at 2 * 127 * 127 must not saturate
     w[0, : min(k, 40)] = -127
     acc = qgemm.int8_gemm(x, w)
-    assert acc.dtype == torch.int32 and torch.equal(acc, torch._int_mm(x, w.t()))
+    exact = (x.to(torch.int64) @ w.t().to(torch.int64)).to(torch.int32)  # every sum fits int32
+    assert acc.dtype == torch.int32 and torch.equal(acc, exact)
+    if k > 1:  # torch 2.13's CPU _int_mm gave uninitialised memory for k = 1 once in a full run (0s, 1799016816)
+        assert torch.equal(acc, torch._int_mm(x, w.t()))
     row_scale, col_scale = torch.rand(m, 1, generator=gen), torch.rand(n, generator=gen)
     scaled = qgemm.int8_gemm(x, w, row_scale, col_scale)
     assert torch.equal(scaled, native.rescale_int_mm(acc, row_scale, col_scale))
