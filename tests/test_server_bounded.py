@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from forge.server.nesting import MAX_JSON_NESTING_CEILING
+from forge.server.json_nesting import MAX_JSON_NESTING_CEILING
 from forge.server.settings import ServerSettings
 from tests.hostile_cases import (
     BAD,

@@ -17,6 +17,7 @@ from forge.config import compose_config
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 from forge.server.protocol import ChatCompletionRequest
+from forge.server.settings import TOOL_CALL_PARSERS
 from forge.server.tools import PARSERS, tool_plan
 
 WEATHER = {
@@ -157,7 +158,7 @@ def test_parsers_read_their_formats() -> None:
         content, found = plan.parse(text)
         return content, [(c.name, json.loads(c.arguments)) for c in found]
 
-    assert set(PARSERS) == {"hermes", "llama3_json", "mistral"}
+    assert set(PARSERS) == {"hermes", "llama3_json", "mistral"} == set(TOOL_CALL_PARSERS)  # the settings' copy
     assert calls("hermes", 'hi<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>') == ("hi", [("ping", {})])
     assert calls("llama3_json", '{"name": "ping", "parameters": {"a": 1}}; {"name": "x", "parameters": {}}') == (
         "",

@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 MAX_JSON_NESTING = 64  # server.max_json_nesting's default: far above any real schema or body
+MAX_JSON_NESTING_CEILING = 100  # the most server.max_json_nesting may be (forge.server.nesting says why)
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # (unrolled: linear, ~30x faster on long strings)
 _DELTA = np.zeros(256, dtype=np.int8)

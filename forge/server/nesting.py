@@ -18,7 +18,6 @@ from pydantic import BaseModel
 from forge.server.json_nesting import NestingError, check_nesting
 from forge.server.protocol import APIError, ChatMessage, SamplingFields
 
-MAX_JSON_NESTING_CEILING = 100
 NESTING_CODE = "nesting_too_deep"
 
 

@@ -8,9 +8,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge.server.json_nesting import MAX_JSON_NESTING
+from forge.server.json_nesting import MAX_JSON_NESTING, MAX_JSON_NESTING_CEILING
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+# forge.server.tools.PARSERS' names, here so that checking a setting imports no pydantic (tested equal)
+TOOL_CALL_PARSERS = ("hermes", "llama3_json", "mistral")
 
 
 @dataclass
@@ -35,7 +37,7 @@ class ServerSettings:
     ``max_header_bytes``: a request head still incomplete after this many bytes is refused
     (uvicorn's ``h11_max_incomplete_event_size``). ``max_json_nesting``: JSON nested deeper (a body,
     or JSON text a body carries: ``guided_json``, tool-call ``arguments``) gets 400; at most
-    ``forge.server.nesting.MAX_JSON_NESTING_CEILING``. ``trusted_proxies``: addresses (or
+    ``forge.server.json_nesting.MAX_JSON_NESTING_CEILING``. ``trusted_proxies``: addresses (or
     networks, or ``*``) whose ``X-Forwarded-For`` / ``X-Forwarded-Proto`` are believed (uvicorn's
     ``forwarded_allow_ips``); empty: none, so a client cannot pick the address its rate limit is
     counted under.
@@ -108,18 +110,14 @@ class ServerSettings:
             if not 0 < value < float("inf"):
                 raise ValueError(f"server.{name} must be a positive number of seconds, got {value}")
         self._check_nesting_and_proxies()
-        from forge.server.tools import PARSERS
-
-        if self.tool_call_parser is not None and self.tool_call_parser not in PARSERS:
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             raise ValueError(
-                f"server.tool_call_parser must be one of {sorted(PARSERS)} or null, got {self.tool_call_parser}"
+                f"server.tool_call_parser must be one of {list(TOOL_CALL_PARSERS)} or null, got {self.tool_call_parser}"
             )
         if not 0 <= self.shutdown_timeout_s < float("inf"):
             raise ValueError(f"server.shutdown_timeout_s must be >= 0, got {self.shutdown_timeout_s}")
 
     def _check_nesting_and_proxies(self) -> None:
-        from forge.server.nesting import MAX_JSON_NESTING_CEILING
-
         if not 1 <= self.max_json_nesting <= MAX_JSON_NESTING_CEILING:
             raise ValueError(
                 f"server.max_json_nesting must be in 1..{MAX_JSON_NESTING_CEILING}, got {self.max_json_nesting}"

@@ -19,8 +19,7 @@ from typing import Any, Literal
 
 import jsonschema
 
-from forge.server.json_nesting import check_nesting
-from forge.server.nesting import MAX_JSON_NESTING_CEILING
+from forge.server.json_nesting import MAX_JSON_NESTING_CEILING, check_nesting
 from forge.server.protocol import APIError, ChatCompletionRequest, ToolDef
 from forge.structured.base import ConstraintSpec
 

@@ -17,7 +17,6 @@ from outlines_core import Index, Vocabulary
 from outlines_core.json_schema import BOOLEAN, NULL, NUMBER, STRING
 
 from forge.structured.base import ConstraintSpec, GrammarBuilder, GrammarError, GrammarTooLarge
-from forge.structured.schema_regex import schema_regex
 
 INF = 1 << 30
 # rough CPython sizes of the tables once unpickled: one inner-dict entry (key, value, slot), one state
@@ -53,6 +52,8 @@ def spec_to_regex(spec: ConstraintSpec, max_recursion_depth: int = 3) -> str:
         schema = json.loads(spec.value)
     except (ValueError, RecursionError) as exc:
         raise GrammarError("the JSON schema is not valid JSON") from exc
+    from forge.structured.schema_regex import schema_regex  # (only a compile needs it; a config check imports dfa)
+
     try:
         return schema_regex(schema, max_recursion_depth)
     except RecursionError as exc:  # deep enum/const values; subschemas are bounded by schema_rules.MAX_DEPTH
