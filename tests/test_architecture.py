@@ -147,3 +147,41 @@ def test_no_module_imports_itself_through_others() -> None:
     }
     order = list(TopologicalSorter(graph).static_order())  # raises CycleError naming the circle
     assert set(order) == modules
+
+
+MAX_FUNCTION_LINES = 80
+MAX_COMPLEXITY = 20
+# function -> why it is longer (issue 31 asks for exceptions listed with a reason); each still to be split
+LONG_FUNCTIONS = {
+    "forge/server/app.py:build_app": "the completions and chat routes are still inline (issue 31's server step)",
+    "forge/server/app.py:_completions": "streamed and whole answers in one handler (issue 31's server step)",
+    "forge/server/generation.py:choices": "request building not yet split into limits, sampling and grammar (issue 31)",
+    "forge/kernels/cuda/ops.py:attention": "one kernel launch's arguments, straight-line (complexity 5)",
+}
+
+
+def complexity(fn: ast.AST) -> int:
+    """McCabe's number as the mccabe tool (ruff's C901) counts it: 1 + the branches (``if``/``elif``),
+    loops, exception handlers and match cases in the function, its nested functions' excluded."""
+    count, stack = 1, list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(node, ast.If | ast.For | ast.AsyncFor | ast.While | ast.ExceptHandler | ast.match_case):
+            count += 1
+        stack.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def test_functions_stay_short_and_simple() -> None:
+    found = {}
+    for path in sorted(FORGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES or complexity(node) > MAX_COMPLEXITY:
+                    found[f"{path.relative_to(FORGE.parent)}:{node.name}"] = (lines, complexity(node))
+    unlisted = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS}
+    assert not unlisted, f"functions over {MAX_FUNCTION_LINES} lines or complexity {MAX_COMPLEXITY}: {unlisted}"
+    assert set(LONG_FUNCTIONS) <= set(found), f"listed but now within bounds: {set(LONG_FUNCTIONS) - set(found)}"

@@ -154,43 +154,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             "needs engine.enable_chunked_prefill=true"
         )
     fast_paths = cfg.engine.fast_paths
-    runner: Runner
-    if cfg.engine.tensor_parallel_size > 1:
-        from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
-
-        setup = WorkerSetup(
-            kv.num_blocks,
-            kv.block_size,
-            kv.num_cpu_blocks,
-            limits.max_num_seqs,
-            max_model_len,
-            kv_spec.torch_dtype(),
-            cfg.seed,
-            kv.kv_groups,
-        )
-        runner = TensorParallelRunner(model, backend, cfg, setup)
-    else:
-        # A model that can compute on the host, with its cache on the host, runs without batch tensors
-        # (and without torch).
-        runner_type: type[ModelRunner] | type[SimulationRunner] = SimulationRunner
-        extra: dict[str, Any] = {"fast_paths": fast_paths}  # the host path is the runner's fast path
-        if not (isinstance(model, HostModel) and backend.device_type == "cpu"):
-            from forge.engine.runner import ModelRunner
-
-            runner_type, extra = ModelRunner, {}
-        runner = runner_type(
-            model,
-            backend,
-            kv.num_blocks,
-            kv.block_size,
-            seed=cfg.seed,
-            num_cpu_blocks=kv.num_cpu_blocks,
-            max_num_seqs=limits.max_num_seqs,
-            max_model_len=max_model_len,
-            kv_spec=kv_spec,
-            kv_groups=kv.kv_groups,
-            **extra,
-        )
+    runner = build_runner(cfg, model, backend, kv, limits, kv_spec)
     drafter = build_drafter(cfg, backend, model)
     scheduler = Scheduler(policy, kv, limits, fast_paths=fast_paths)
     engine = Engine(scheduler, runner, clock, drafter=drafter, dims=dims, fast_paths=fast_paths)
@@ -201,6 +165,47 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             ", ".join(plain),
         )
     return engine
+
+
+def build_runner(
+    cfg: DictConfig, model: Model, backend: KernelBackend, kv: KVCacheManager, limits: SchedulerLimits, spec: KVSpec
+) -> Runner:
+    """The runner for ``model`` over ``kv``'s pool: tensor-parallel ranks (``engine.tensor_parallel_size`` > 1);
+    a ``SimulationRunner`` for a model that computes on the host with its cache on the host (no batch tensors,
+    no torch; its host path is a fast path, ``engine.fast_paths``); else a ``ModelRunner``."""
+    if cfg.engine.tensor_parallel_size > 1:
+        from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
+
+        setup = WorkerSetup(
+            kv.num_blocks,
+            kv.block_size,
+            kv.num_cpu_blocks,
+            limits.max_num_seqs,
+            limits.max_model_len,
+            spec.torch_dtype(),
+            cfg.seed,
+            kv.kv_groups,
+        )
+        return TensorParallelRunner(model, backend, cfg, setup)
+    runner_type: type[ModelRunner] | type[SimulationRunner] = SimulationRunner
+    extra: dict[str, Any] = {"fast_paths": cfg.engine.fast_paths}
+    if not (isinstance(model, HostModel) and backend.device_type == "cpu"):
+        from forge.engine.runner import ModelRunner
+
+        runner_type, extra = ModelRunner, {}
+    return runner_type(
+        model,
+        backend,
+        kv.num_blocks,
+        kv.block_size,
+        seed=cfg.seed,
+        num_cpu_blocks=kv.num_cpu_blocks,
+        max_num_seqs=limits.max_num_seqs,
+        max_model_len=limits.max_model_len,
+        kv_spec=spec,
+        kv_groups=kv.kv_groups,
+        **extra,
+    )
 
 
 def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:
