@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.common import interpretation_and_results, table, write_readme, write_results
+from experiments.common import interpretation_and_results, write_readme, write_results
+from experiments.seeds import CI_NOTE, SEEDS, aggregate, ci, ci_table
 from forge.config import compose_config
 from forge.core.beam_params import BeamSearchParams
 from forge.core.request import Request
@@ -27,8 +28,9 @@ PAPER |= {("beam", 2): 37.56, ("beam", 4): 53.13, ("beam", 6): 55.16}
 WIDTHS = (2, 4, 6)
 
 
-def overrides(num_requests: int) -> list[str]:
+def overrides(num_requests: int, seed: int = SEEDS[0]) -> list[str]:
     return [
+        f"seed={seed}",
         "model=tiny",
         "clock=simulated",
         "clock.hardware=a100",
@@ -63,10 +65,10 @@ def variant(requests: list[Request], mode: str, k: int) -> list[Request]:
     return out
 
 
-def measure(num_requests: int, mode: str, k: int) -> dict[str, Any]:
+def measure(num_requests: int, mode: str, k: int, seed: int = SEEDS[0]) -> dict[str, Any]:
     """One run: the time-averaged share of KV blocks saved by sharing (1 - physical / logical blocks,
     summed over steps), the mean and peak blocks in use, the simulated duration and the CPU seconds."""
-    cfg = compose_config(overrides(num_requests))
+    cfg = compose_config(overrides(num_requests, seed))
     engine = build_engine(cfg)
     pending = sorted(variant(workload_requests(cfg, engine), mode, k), key=lambda r: r.arrival_time)
     total, used, peak, steps, i = Sharing(0, 0), 0, 0, 0, 0
@@ -88,6 +90,7 @@ def measure(num_requests: int, mode: str, k: int) -> dict[str, Any]:
     return {
         "mode": mode,
         "k": k,
+        "seed": seed,
         "saved_pct": 100 * total.saved_fraction,
         "paper_pct": PAPER.get((mode, k)),
         "mean_blocks": used / steps,
@@ -101,47 +104,59 @@ def measure(num_requests: int, mode: str, k: int) -> dict[str, Any]:
 
 
 def simulate(size: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Every configuration once per seed of ``SEEDS`` (the workload's lengths and the sampled tokens)."""
     n, repeats = {"tiny": (6, 1), "small": (50, 3)}[size]
-    rows = [measure(n, mode, k) for mode in ("parallel", "beam") for k in WIDTHS]
-    for mode in ("parallel", "separate"):  # n = 4: the timings are medians of `repeats` runs
-        runs = [measure(n, mode, 4) for _ in range(repeats)]
-        row = dict(runs[0])
-        row["cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
-        row["mode"] = f"{mode} (n=4 vs)" if mode == "parallel" else "separate requests"
-        rows.append(row)
+    rows = []
+    for seed in SEEDS:
+        rows += [measure(n, mode, k, seed) for mode in ("parallel", "beam") for k in WIDTHS]
+        for mode in ("parallel", "separate"):  # n = 4: the timings are medians of `repeats` runs
+            runs = [measure(n, mode, 4, seed) for _ in range(repeats)]
+            row = dict(runs[0])
+            row["cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
+            row["mode"] = f"{mode} (n=4 vs)" if mode == "parallel" else "separate requests"
+            rows.append(row)
     return pd.DataFrame(rows), {"n": n, "repeats": repeats, "load": os.getloadavg()}
+
+
+KEYS = ["mode", "k"]
+METRICS = ["saved_pct", "mean_blocks", "peak_blocks", "prefill_tokens", "sim_seconds", "cpu_s", "cow_copies"]
 
 
 def run(out: Path, size: str) -> None:
     df, params = simulate(size)
-    write_results(out, df)
-    fork, sep = df.iloc[-2], df.iloc[-1]
-    throughput = sep["sim_seconds"] / fork["sim_seconds"]
+    agg = aggregate(df, KEYS, [*METRICS, "preemptions"])
+    agg.insert(2, "paper_pct", [PAPER.get((m, k)) for m, k in zip(agg["mode"], agg["k"], strict=True)])
+    write_results(out, agg)
+    df.to_csv(out / "results_per_seed.csv", index=False)
+    rows = {(m, k): r for (m, k), (_, r) in zip(zip(agg["mode"], agg["k"], strict=True), agg.iterrows(), strict=True)}
+    fork, sep = rows[("parallel (n=4 vs)", 4)], rows[("separate requests", 4)]
+
+    def saved(mode: str) -> str:
+        return " / ".join(str(ci(rows[(mode, k)], "saved_pct")) for k in WIDTHS)
+
     sentences = [
-        f"Beam search shares {df[df['mode'] == 'beam']['saved_pct'].round(1).tolist()}% of its KV blocks for "
-        f"width {list(WIDTHS)} (paper: 37.56 / 53.13 / 55.16% with OPT-13B on Alpaca); parallel sampling shares "
-        f"{df[df['mode'] == 'parallel']['saved_pct'].round(2).tolist()}% (paper: 6.09 / 8.53 / 9.79%).",
-        f"n = 4 through the fork against 4 separate requests per prompt: {fork['mean_blocks']:.0f} vs "
-        f"{sep['mean_blocks']:.0f} blocks in use on average (peak {fork['peak_blocks']} vs {sep['peak_blocks']}), "
-        f"{fork['prefill_tokens']} vs {sep['prefill_tokens']} prefill tokens, simulated duration "
-        f"{fork['sim_seconds']:.2f} vs {sep['sim_seconds']:.2f} s ({throughput:.2f}x the throughput); this "
-        f"machine's CPU seconds for the tiny model: {fork['cpu_s']:.2f} vs {sep['cpu_s']:.2f} "
-        f"(median of {params['repeats']}).",
+        f"Beam search shares {saved('beam')}% of its KV blocks for width {list(WIDTHS)} (paper: 37.56 / 53.13 / "
+        f"55.16% with OPT-13B on Alpaca); parallel sampling shares {saved('parallel')}% (paper: 6.09 / 8.53 / "
+        "9.79%).",
+        f"n = 4 through the fork against 4 separate requests per prompt: {ci(fork, 'mean_blocks')} vs "
+        f"{ci(sep, 'mean_blocks')} blocks in use on average (peak {ci(fork, 'peak_blocks')} vs "
+        f"{ci(sep, 'peak_blocks')}), {ci(fork, 'prefill_tokens')} vs {ci(sep, 'prefill_tokens')} prefill tokens, "
+        f"simulated duration {ci(fork, 'sim_seconds')} vs {ci(sep, 'sim_seconds')} s; this machine's CPU seconds "
+        f"for the tiny model: {ci(fork, 'cpu_s')} vs {ci(sep, 'cpu_s')} (each seed's the median of "
+        f"{params['repeats']}).",
         "The pool is roomy (20000 blocks of 16, no preemption): the saving is the blocks sharing makes "
         "unnecessary, the throughput gain here comes from the prefill computed once; under a bounded pool the "
         "freed blocks would also admit more sequences per step.",
     ]
-    cols = ["mode", "k", "saved_pct", "paper_pct", "mean_blocks", "peak_blocks", "prefill_tokens", "sim_seconds"]
-    cols += ["cpu_s", "cow_copies", "preemptions"]
-    fmt = {"saved_pct": ".2f", "mean_blocks": ".1f", "sim_seconds": ".3f", "cpu_s": ".2f"}
     intro = (
         f"{params['n']} Alpaca-like requests (workload=alpaca: 19/58 mean input/output tokens, ignore_eos), "
-        f"`{' '.join(overrides(params['n']))}`. Load average at the end: "
-        f"{', '.join(f'{x:.2f}' for x in params['load'])} (2 shared cores; CPU seconds, not wall)."
+        f"`{' '.join(overrides(params['n'], SEEDS[0])[1:])}` with `seed=` each of {list(SEEDS)}. Load average at "
+        f"the end: {', '.join(f'{x:.2f}' for x in params['load'])} (2 shared cores; CPU seconds, not wall). "
+        + CI_NOTE.format(seeds=", ".join(map(str, SEEDS)))
     )
     write_readme(
         out,
         "KV sharing through the copy-on-write fork: parallel sampling and beam search",
         __doc__.split("\n\n")[0].replace("\n", " ") + "\n\n" + intro,
-        interpretation_and_results(sentences, table(df, cols, fmt)),
+        interpretation_and_results(sentences, ci_table(agg, KEYS, [*METRICS, "preemptions"])),
     )

@@ -83,3 +83,25 @@ def test_chunked_prefill_study_tiny_reports_seeds_and_cis(tmp_path) -> None:
     assert len(pd.read_csv(tmp_path / "results_per_seed.csv")) == len(res) * len(SEEDS)
     readme = (tmp_path / "README.md").read_text()
     assert "fcfs, decode_first scheduled every request exactly as sarathi did" in readme and " ± " in readme
+
+
+def test_kv_sharing_study_tiny_reports_seeds_and_cis(tmp_path) -> None:
+    from experiments.run import main
+    from experiments.seeds import SEEDS
+
+    main(["kv_sharing", "--size", "tiny", "--out", str(tmp_path)])
+    per_seed = pd.read_csv(tmp_path / "results_per_seed.csv")
+    seeds = per_seed.groupby(["mode", "k"])["seed"].apply(sorted)
+    assert len(seeds) == 8 and all(s == sorted(SEEDS) for s in seeds)  # 2 modes x 3 widths + fork vs separate
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert (res["n_seeds"] == len(SEEDS)).all()
+    beam = res[(res["mode"] == "beam") & (res["k"] == 4)].iloc[0]
+    assert beam["saved_pct"] == pytest.approx(
+        per_seed[(per_seed["mode"] == "beam") & (per_seed["k"] == 4)]["saved_pct"].mean()
+    )
+    assert beam["paper_pct"] == 53.13 and beam["saved_pct"] > 0
+    fork = res[res["mode"] == "parallel (n=4 vs)"].iloc[0]
+    separate = res[res["mode"] == "separate requests"].iloc[0]
+    assert fork["prefill_tokens"] < separate["prefill_tokens"]  # the fork computes each prompt once
+    readme = (tmp_path / "README.md").read_text()
+    assert " ± " in readme and "95% confidence interval" in readme
