@@ -12,47 +12,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
-import re
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import psutil
 
+from benchmarks.child_server import child_server
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
-
-
-def _lines(stream: IO[str], out: queue.Queue[str]) -> None:
-    for line in stream:
-        out.put(line)
 
 
 @contextmanager
 def server(overrides: list[str]) -> Iterator[tuple[psutil.Process, int]]:
     """A ``run.py mode=serve`` child on a free port: its process and the port."""
     cmd = [sys.executable, "run.py", "mode=serve", "server.port=0", "hydra.run.dir=/tmp/forge-server-rss", *overrides]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    logs: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stderr, logs), daemon=True).start()
-    try:
-        port = None
-        while port is None:
-            line = logs.get(timeout=120)
-            m = re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
-            port = int(m.group(1)) if m else None
+    with child_server(cmd) as (proc, port):
         yield psutil.Process(proc.pid), port
-    finally:
-        proc.terminate()
-        proc.wait(60)
 
 
 def peak_rss(proc: psutil.Process, stop: threading.Event, out: list[int]) -> None:

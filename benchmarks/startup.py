@@ -18,18 +18,16 @@ import argparse
 import json
 import os
 import platform
-import queue
-import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
+from benchmarks.child_server import child_server
 from benchmarks.machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,29 +82,11 @@ def library_phases(overrides: list[str]) -> dict[str, float]:
     return {name: python + marks[name] for name in PHASES}
 
 
-def _lines(stream: IO[str], out: queue.Queue[str]) -> None:
-    for line in stream:
-        out.put(line)
-
-
 def server_healthy(overrides: list[str], timeout_s: float = 300.0) -> float:
     """Seconds from launching ``forge serve`` to the first 200 from ``/health``."""
     cmd = [sys.executable, "-m", "forge.cli", "serve", *overrides, "--port", "0", "hydra.run.dir=/tmp/forge-startup"]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    logs: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(proc.stderr, logs), daemon=True).start()
-    try:
-        port = None
-        while port is None:
-            if time.perf_counter() - t0 > timeout_s or proc.poll() is not None:
-                raise SystemExit(f"the server did not start: {' '.join(cmd)}")
-            try:
-                m = re.search(r"running on http://127\.0\.0\.1:(\d+)", logs.get(timeout=1))
-            except queue.Empty:
-                continue
-            port = int(m.group(1)) if m else None
+    with child_server(cmd, timeout_s) as (_, port):
         while time.perf_counter() - t0 < timeout_s:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
@@ -115,13 +95,6 @@ def server_healthy(overrides: list[str], timeout_s: float = 300.0) -> float:
                 pass
             time.sleep(0.01)
         raise SystemExit("the server never became healthy")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def write_report(out_dir: Path, result: dict[str, Any]) -> Path:

@@ -90,6 +90,7 @@ class PredictedClock(Clock, DecodeRunClock):
     def __init__(self, fast_paths: bool = True) -> None:
         self._now = 0.0
         self.fast_paths = fast_paths
+        self._fast: tuple[CostModel, FastCostModel | None] | None = None  # (cost model, itself if fast): _fast_cost
 
     @property
     @abstractmethod
@@ -102,11 +103,13 @@ class PredictedClock(Clock, DecodeRunClock):
         self._now = max(self._now, t)
 
     def _fast_cost(self) -> FastCostModel | None:
-        """The cost model when its fast paths may be taken, else None."""
+        """The cost model when its fast paths may be taken, else None (decided once per cost model:
+        this runs every step)."""
         cost = self.cost_model
-        if self.fast_paths and isinstance(cost, FastCostModel) and declares_fast_paths(cost):
-            return cost
-        return None
+        if self._fast is None or self._fast[0] is not cost:
+            ok = self.fast_paths and declares_fast_paths(cost)
+            self._fast = (cost, cost if ok and isinstance(cost, FastCostModel) else None)
+        return self._fast[1]
 
     def step_finished(self, sched: SchedulerOutput) -> None:
         fast = self._fast_cost()
