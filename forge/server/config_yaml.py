@@ -150,6 +150,8 @@ def load_yaml_text(text: str, where: str) -> Any:
         _check_events(text, where)
         return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # newer PyYAML (6.0.4) stops deep flow collections itself, first
+            raise ConfigError(f"{where}: nests deeper than {MAX_DEPTH} levels") from None
         raise ConfigError(f"{where}: cannot read it as YAML: {_yaml_problem(exc)}") from None
 
 
