@@ -78,7 +78,7 @@ def test_trace_replay_csv_and_jsonl(tmp_path) -> None:
     )
     tok = ByteTokenizer()
     for path in (csv_path, jsonl_path):
-        specs = TraceWorkload(str(path), time_scale=2.0).requests(tok)
+        specs = TraceWorkload(str(path), time_scale=2.0, unsorted="sort").requests(tok)
         assert [s.arrival_time for s in specs] == [0.2, 1.0]
         assert specs[0].prompt_token_ids == tok.encode("hello world")
         assert specs[0].output_len == 7
@@ -88,7 +88,7 @@ def test_trace_replay_csv_and_jsonl(tmp_path) -> None:
 def test_trace_errors_name_the_row(tmp_path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_time,output_len\n0.0,5\n")
-    with pytest.raises(ValueError, match="row 1"):
+    with pytest.raises(ValueError, match="line 2"):
         TraceWorkload(str(bad)).requests(ByteTokenizer())
     with pytest.raises(FileNotFoundError):
         TraceWorkload(str(tmp_path / "missing.csv")).requests(ByteTokenizer())
@@ -154,5 +154,5 @@ def test_a_prompt_longer_than_the_engine_takes_is_refused_before_it_is_drawn(ove
 def test_a_trace_row_longer_than_the_engine_takes_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps({"arrival_time": 0.0, "output_len": 4, "input_len": 10**12}) + "\n")
-    with pytest.raises(ValueError, match="row 1 .*longer than the 100"):
+    with pytest.raises(ValueError, match="line 1 .*longer than the 100"):
         TraceWorkload(str(path)).requests(ByteTokenizer(), max_prompt_len=100)
