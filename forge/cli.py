@@ -9,6 +9,8 @@
     forge bench regress [args]         the regression gate of benchmarks/suites (benchmarks/regress.py)
     forge sweep DIR                    (re)write a sweep directory's sweep_report.md
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
+    forge capacity [overrides] --ttft S --tpot S [--config "OVERRIDES" ...]
+                                       the highest rate each configuration serves within an SLO (forge/capacity/cli.py)
 
 ``forge serve --config FILE.yaml`` also takes settings from a YAML and from ``FORGE_*`` variables
 (``FORGE_SERVER__PORT=9000``, ``FORGE_ENGINE__MAX_NUM_SEQS=16``: every ``server.*`` and ``engine.*``
@@ -287,12 +289,19 @@ def report_command(argv: Sequence[str]) -> None:
         print(write_report(run_dir))
 
 
+def capacity_command(argv: Sequence[str]) -> None:
+    from forge.capacity.cli import main
+
+    main(argv)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {
     "run": run_app,
     "serve": serve_command,
     "bench": bench_command,
     "sweep": sweep_command,
     "report": report_command,
+    "capacity": capacity_command,
 }
 
 
