@@ -290,9 +290,15 @@ def report_command(argv: Sequence[str]) -> None:
 
 
 def capacity_command(argv: Sequence[str]) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from forge.capacity.cli import main
 
-    main(argv)
+    try:
+        main(argv)
+    except (HydraException, OmegaConfBaseException) as exc:  # a configuration Hydra cannot compose
+        raise ConfigError(hydra_error_line(exc)) from exc
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {

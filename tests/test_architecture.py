@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
         "results",
         "parallel",
     },
-    "capacity": {"cli", "config", "core", "engine", "results", "workloads"},
+    "capacity": {"config", "core", "engine", "results", "workloads"},
     "server": {
         "config",
         "core",

@@ -1,4 +1,4 @@
 """Capacity under an SLO: ``search`` (the highest request rate a configuration serves with enough
 requests within a TTFT/TPOT SLO, by bisection over simulated runs), ``report`` (its table, probes, plot
 and report.md) and ``cli`` (``forge capacity``). Sits above the engine: it composes configs, builds
-engines and reads their metrics; it may import cli (its error lines), config, core, engine, results and workloads."""
+engines and reads their metrics; it may import config, core, engine, results and workloads."""

@@ -12,18 +12,13 @@ Overrides before the options apply to every configuration; each ``--config`` add
 from __future__ import annotations
 
 import argparse
-import functools
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from forge.config import ConfigError
-
-if TYPE_CHECKING:
-    from forge.capacity.search import Capacity
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,7 +46,7 @@ def main(argv: Sequence[str]) -> None:
     results = []
     for own in configs:
         overrides = [*args.overrides, *own]
-        result = _compose_errors_as_config_errors(functools.partial(search, overrides, slo, args.start_rate, args.tol))
+        result = search(overrides, slo, args.start_rate, args.tol)
         print(
             f"{' '.join(overrides) or '(defaults)'}: {result.rate:.4g} req/s on {result.gpus} GPU(s) "
             f"({result.goodput_per_gpu:.4g} req/s/GPU), {len(result.probes)} runs"
@@ -60,19 +55,6 @@ def main(argv: Sequence[str]) -> None:
     out = Path(args.output_dir or f"outputs/capacity/{datetime.now():%Y-%m-%d/%H-%M-%S}")
     command = "forge capacity " + " ".join(shlex.quote(a) for a in argv)
     print(f"report: {write_capacity(results, out, command)}")
-
-
-def _compose_errors_as_config_errors(call: Callable[[], Capacity]) -> Capacity:
-    """Hydra's errors about the command line (an unknown option or key) as one-line config errors."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return call()
-    except (HydraException, OmegaConfBaseException) as exc:
-        from forge.cli import hydra_error_line
-
-        raise ConfigError(hydra_error_line(exc)) from exc
 
 
 if __name__ == "__main__":
