@@ -21,7 +21,7 @@ from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer
 from forge.structured.base import ConstraintSpec, GrammarError, GrammarTooLarge
 from forge.structured.cache import ByteBoundedCache
-from forge.structured.compile_pool import CompileBusy, CompilePool
+from forge.structured.compile_pool import CompileBusy, CompilePool, CompileTimeout
 from forge.structured.outlines_backend import OutlinesBackend
 from forge.structured.xgrammar_backend import XGrammarBackend
 from forge.tokenizers.base import ByteTokenizer
@@ -137,9 +137,9 @@ def test_memory_and_state_budgets_and_busy() -> None:
         with pytest.raises(GrammarTooLarge, match="within 64 MB.*structured.compile_memory_mb"):
             pool.compile_blocking(ConstraintSpec.json_schema({"type": "array", "minItems": 100000}))
 
-        async def two_at_once() -> list[object]:
-            slow = ConstraintSpec.json_schema({"type": "array", "minItems": 100000})
-            return list(await asyncio.gather(pool.compile(slow), pool.compile(slow), return_exceptions=True))
+        async def two_at_once() -> list[object]:  # two different grammars: the same one would be compiled once
+            slow = [ConstraintSpec.json_schema({"type": "array", "minItems": n}) for n in (100000, 100001)]
+            return list(await asyncio.gather(*(pool.compile(s) for s in slow), return_exceptions=True))
 
         outcomes = asyncio.run(two_at_once())
         assert sum(isinstance(o, CompileBusy) for o in outcomes) == 1
@@ -198,3 +198,31 @@ def test_cache_is_bounded_in_bytes_and_rereads_sizes() -> None:
     assert "c" not in cache and "a" in cache and "d" in cache and cache.nbytes == 95
     cache.put("huge", Blob(500))
     assert "huge" not in cache and "d" in cache
+
+
+def test_json_object_is_precompiled_at_start_and_shared_with_requests() -> None:
+    pool = CompilePool(OutlinesBackend(ByteTokenizer(320)))
+    try:
+        pool.start()  # what the server does at startup
+
+        async def two_requests() -> list[object]:
+            spec = ConstraintSpec.json_object()
+            return list(await asyncio.gather(pool.compile(spec), pool.compile(spec)))
+
+        first, second = asyncio.run(two_requests())  # each awaits the precompile (or finds it cached)
+        assert first is second
+        assert ConstraintSpec.json_object() in pool.backend.cache
+    finally:
+        pool.close()
+
+
+def test_a_compile_that_times_out_is_tried_once_more(caplog: pytest.LogCaptureFixture) -> None:
+    pool = CompilePool(OutlinesBackend(ByteTokenizer(320), compile_timeout_s=0.01))
+    spec = ConstraintSpec.json_schema({"type": "array", "minItems": 100000})
+    try:
+        pool.compile_blocking(ConstraintSpec.regex("a"))  # a worker started (its start is not timed)
+        with caplog.at_level("WARNING", logger="forge.structured"), pytest.raises(CompileTimeout, match="0.01 s"):
+            pool.compile_blocking(spec)
+        assert [r.message for r in caplog.records if "trying once more" in r.message]
+    finally:
+        pool.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import queue
 import resource
@@ -26,7 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -42,6 +43,16 @@ from forge.structured.base import (
 
 _JOIN_S = 5.0
 _START_S = 120.0  # a spawned worker imports torch (xgrammar) on a possibly loaded machine
+
+
+PRECOMPILED = (ConstraintSpec.json_object(),)  # what every server needs: compiled at start, off the request path
+PRECOMPILE_BUDGET = 6.0  # a precompile may take this many times compile_timeout_s (a busy machine at start)
+log = logging.getLogger("forge.structured")
+
+
+class CompileTimeout(GrammarTooLarge):
+    """A compile outlived its time budget: the grammar may be too large, or the machine only busy,
+    so the pool tries it once more (a fresh worker, the same budget) before refusing."""
 
 
 class CompileBusy(Exception):
@@ -136,11 +147,30 @@ class CompilePool:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._closed = False
+        self._pending: dict[ConstraintSpec, Future[Grammar]] = {}  # one compile per spec at a time
 
-    def start(self) -> None:
-        """Start every worker in the background (a spawn imports the backend's libraries)."""
+    def start(self, precompile: tuple[ConstraintSpec, ...] = PRECOMPILED) -> None:
+        """Start every worker in the background (a spawn imports the backend's libraries), then
+        compile ``precompile`` into the cache there (``PRECOMPILE_BUDGET`` times the time budget):
+        a request for one of them awaits that compile instead of starting its own."""
         for _ in range(self.limits.workers):
             self._threads.submit(self._warm)
+        for spec in precompile:
+            self._single_flight(spec, self.limits.timeout_s * PRECOMPILE_BUDGET).add_done_callback(_log_failure)
+
+    def _single_flight(self, spec: ConstraintSpec, timeout_s: float) -> Future[Grammar]:
+        """The compile of ``spec`` in flight, or a new one (forgotten when it ends)."""
+        with self._lock:
+            job = self._pending.get(spec)
+            if job is None:
+                job = self._threads.submit(self.compile_blocking, spec, timeout_s)
+                self._pending[spec] = job
+                job.add_done_callback(lambda _: self._forget(spec))
+            return job
+
+    def _forget(self, spec: ConstraintSpec) -> None:
+        with self._lock:
+            self._pending.pop(spec, None)
 
     async def compile(self, spec: ConstraintSpec) -> Grammar:
         """The grammar, from the cache or a worker. ``GrammarError`` (``GrammarTooLarge`` past the
@@ -149,6 +179,10 @@ class CompilePool:
         if cached is not None:
             return cached
         with self._lock:
+            running = self._pending.get(spec)
+        if running is not None:  # the same grammar is being compiled (a precompile, another request)
+            return await asyncio.wrap_future(running)
+        with self._lock:
             if self._in_flight >= self.limits.workers + self.limits.max_pending:
                 raise CompileBusy(
                     f"{self._in_flight} grammar compiles are running or waiting; retry later "
@@ -156,7 +190,7 @@ class CompilePool:
                 )
             self._in_flight += 1
         try:
-            job = self._threads.submit(self.compile_blocking, spec)
+            job = self._single_flight(spec, self.limits.timeout_s)
         except BaseException:
             self._release()
             raise
@@ -169,8 +203,17 @@ class CompilePool:
         with self._lock:
             self._in_flight -= 1
 
-    def compile_blocking(self, spec: ConstraintSpec) -> Grammar:
-        """``compile`` for a caller that may block (no waiting-line cap)."""
+    def compile_blocking(self, spec: ConstraintSpec, timeout_s: float | None = None) -> Grammar:
+        """``compile`` for a caller that may block (no waiting-line cap); a compile that times out
+        is tried once more before ``CompileTimeout`` is raised."""
+        budget = self.limits.timeout_s if timeout_s is None else timeout_s
+        try:
+            return self._compile_once(spec, budget)
+        except CompileTimeout:
+            log.warning("%s: compile timed out after %g s; trying once more", spec.description, budget)
+            return self._compile_once(spec, budget)
+
+    def _compile_once(self, spec: ConstraintSpec, timeout_s: float) -> Grammar:
         cached = self.backend.cache.get(spec)  # a compile that waited may find it done meanwhile
         if cached is not None:
             return cached
@@ -180,7 +223,7 @@ class CompilePool:
                 self._retire(worker)
                 worker = None
             worker = worker or self._spawn()
-            kind, payload = self._ask(worker, spec)
+            kind, payload = self._ask(worker, spec, timeout_s)
         except GrammarTooLarge:
             assert worker is not None
             self._retire(worker)
@@ -199,16 +242,16 @@ class CompilePool:
         self.backend.cache.put(spec, grammar)
         return grammar
 
-    def _ask(self, worker: _Worker, spec: ConstraintSpec) -> tuple[str, object]:
+    def _ask(self, worker: _Worker, spec: ConstraintSpec, timeout_s: float) -> tuple[str, object]:
         try:
             worker.conn.send((spec, self.limits.max_states))
-            if worker.conn.poll(self.limits.timeout_s):
+            if worker.conn.poll(timeout_s):
                 kind, payload = worker.conn.recv()
                 return str(kind), payload
         except (EOFError, OSError):  # the worker died: out of its address space (or killed)
             raise GrammarTooLarge(self._memory_message(spec)) from None
-        raise GrammarTooLarge(
-            f"{spec.description} is too large to compile within {self.limits.timeout_s:g} s; "
+        raise CompileTimeout(
+            f"{spec.description} is too large to compile within {timeout_s:g} s; "
             "simplify it or raise structured.compile_timeout_s"
         )
 
@@ -268,6 +311,11 @@ class CompilePool:
             self._live.clear()
         for worker in workers:
             worker.kill()
+
+
+def _log_failure(job: Future[Grammar]) -> None:
+    if not job.cancelled() and job.exception() is not None:
+        log.warning("precompile failed: %s", job.exception())
 
 
 if __name__ == "__main__":
