@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "tokenizers": {"core"},
     "policies": {"core"},
+    "routers": {"core"},
     "kvcache": {"core"},
     "kernels": {"core"},
     "sampling": {"core"},
@@ -46,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "results",
         "parallel",
     },
+    "cluster": {"config", "core", "engine", "models", "routers", "spec"},
     "server": {
         "config",
         "core",
