@@ -217,8 +217,8 @@ def _check_by_building(node: DictConfig) -> None:
     if not isinstance(params, dict):
         return
     target = get_object(str(params.pop("_target_")))
-    try:
-        target(**{str(k): v for k, v in params.items()})
+    try:  # (Hydra's own keys, ``_recursive_`` and the like, are not the target's)
+        target(**{str(k): v for k, v in params.items() if not str(k).startswith("_")})
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

@@ -12,10 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.cluster.build import build_pool, build_router, check_requests, cluster_spec
-from forge.cluster.loop import ReplicaPool
-from forge.cluster.results import load_balance, merged_frames, merged_spec_stats, summed_counters
-from forge.config import ConfigError, validate
+from forge.cluster.run import ClusterRun, build_cluster
+from forge.config import validate
 from forge.engine.build import default_sampling, workload_requests
 from forge.results.metrics import summarize
 from forge.results.provenance import git_commit
@@ -48,22 +46,18 @@ def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     replica, the default: the engine alone)."""
     started_at = time.time()
     validate(cfg)
-    spec = cluster_spec(cfg)
-    if len(spec.pools()[0].hardware) > 1 and cfg.engine.tensor_parallel_size > 1:
-        raise ConfigError("cluster: several replicas with engine.tensor_parallel_size > 1 are not supported")
-    pool = build_pool(cfg, spec.pools()[0], build_router(cfg))
+    cluster = build_cluster(cfg)
     try:
-        summary = _run_pool(cfg, pool, run_dir)
+        summary = _run_cluster(cfg, cluster, run_dir)
     finally:
-        for replica in pool.replicas:
-            replica.engine.close()
+        cluster.close()
     timing = {"started_at": started_at, "ended_at": time.time(), "pid": os.getpid()}
     (run_dir / "timing.json").write_text(json.dumps(timing, indent=2))
     return summary
 
 
-def _run_pool(cfg: DictConfig, pool: ReplicaPool, run_dir: Path) -> dict[str, Any]:
-    engine = pool.replicas[0].engine
+def _run_cluster(cfg: DictConfig, cluster: ClusterRun, run_dir: Path) -> dict[str, Any]:
+    engine = cluster.first
     warnings = []
     load_start = os.getloadavg()[0]
     if not engine.clock.simulated:
@@ -71,16 +65,10 @@ def _run_pool(cfg: DictConfig, pool: ReplicaPool, run_dir: Path) -> dict[str, An
         if busy is not None:
             warnings.append(busy)
     default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
-    requests = workload_requests(cfg, engine)
-    check_requests(pool, requests)  # the workload is config: a request that can never run is a config error
-    pool.run(requests, progress=cfg.progress)
-    req_df, step_df = merged_frames(pool.replicas)
-    summary = summarize(req_df, step_df, summed_counters(pool.replicas))
-    if (spec_stats := merged_spec_stats(pool.replicas)) is not None:
-        summary.update(spec_stats.summary())
-    if len(pool.replicas) > 1:
-        summary.update(load_balance(req_df, step_df, pool.replicas, summary["duration_s"]))
-        summary["router"] = type(pool.router).__name__
+    records = cluster.run(workload_requests(cfg, engine), cfg.progress)
+    summary = summarize(records.requests, records.steps, cluster.counters())
+    summary.update(cluster.spec_summary())
+    summary.update(records.extra(summary["duration_s"]))
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
     summary["commit"] = git_commit()
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
@@ -88,7 +76,7 @@ def _run_pool(cfg: DictConfig, pool: ReplicaPool, run_dir: Path) -> dict[str, An
         summary.update(wall_conditions(load_start))
     if warnings:
         summary["warnings"] = warnings
-    _write_run(cfg, run_dir, req_df, step_df, summary)
+    _write_run(cfg, run_dir, records.requests, records.steps, summary)
     return summary
 
 
@@ -110,6 +98,16 @@ def _replicas_line(summary: dict[str, Any]) -> str:
         f"{what} {summary[f'replica_{what}_max_over_mean']:.2f}" for what in ("requests", "tokens", "busy")
     )
     return f"{'replicas (' + str(summary.get('router', '')) + ')':<28}{summary['replicas']}; max/mean: {balance}"
+
+
+def _pools_line(summary: dict[str, Any]) -> str:
+    """A disaggregated run's pools: replicas and busy fraction of each, and the mean KV transfer."""
+    pools = ", ".join(
+        f"{pool} {summary[f'{pool}_replicas']} ({summary[f'{pool}_busy_fraction']:.0%} busy)"
+        for pool in ("prefill", "decode")
+    )
+    transfer = f"KV transfer {summary.get('mean_kv_transfer_ms', 0.0):.3f} ms mean over {summary['link']}"
+    return f"{'pools':<28}{pools}; {transfer}"
 
 
 def wall_conditions(load_start: float) -> dict[str, Any]:
@@ -147,6 +145,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{'spec acceptance rate':<28}{summary['spec_acceptance_rate']:.1%}")
     if "replicas" in summary:
         lines.append(_replicas_line(summary))
+    if "prefill_busy_fraction" in summary:
+        lines.append(_pools_line(summary))
     if "load_avg_start" in summary:
         threads = f"{summary['torch_threads']} torch threads" if summary.get("torch_threads") else "torch not loaded"
         load = f"load avg {summary['load_avg_start']:.2f} -> {summary['load_avg_end']:.2f}"

@@ -47,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "results",
         "parallel",
     },
-    "cluster": {"config", "core", "engine", "models", "routers", "spec"},
+    "cluster": {"config", "core", "engine", "models", "results", "routers", "sim", "spec"},
     "server": {
         "config",
         "core",

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from forge.cluster.loop import Replica, ReplicaPool
-from forge.cluster.spec import ClusterSpec, PoolSpec
+from forge.cluster.spec import ClusterSpec, DisaggregatedSpec, PoolSpec
 from forge.config import ConfigError, validate
 from forge.core.request import Request
 from forge.engine.build import build_engine
@@ -19,10 +19,10 @@ from forge.models.base import Model
 from forge.routers.base import Router
 
 
-def cluster_spec(cfg: DictConfig) -> ClusterSpec:
+def cluster_spec(cfg: DictConfig) -> ClusterSpec | DisaggregatedSpec:
     """``cfg.cluster`` built (a config without one: one replica)."""
     node = cfg.get("cluster")
-    spec: ClusterSpec = make("cluster", node) if node is not None else ClusterSpec()
+    spec: ClusterSpec | DisaggregatedSpec = make("cluster", node) if node is not None else ClusterSpec()
     return spec
 
 

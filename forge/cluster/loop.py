@@ -96,20 +96,20 @@ class ReplicaPool:
         finals: dict[str, RequestOutput] = {}
         with progress_bar(len(pending), progress) as bar:
             while True:
-                busy = self._earliest_busy()
+                busy = self.earliest_busy()
                 t = arrivals.next_time()
                 if busy is None and t == math.inf:
                     return finals
                 if busy is None or t <= busy[0]:
                     request, target = arrivals.pop()
-                    self._admit(self.router.route(request, self.views) if target is None else target, request)
+                    self.admit(self.router.route(request, self.views) if target is None else target, request)
                     continue
                 replica = self.replicas[busy[1]]
                 for out in replica.engine.advance(replica.offset + arrivals.deadline(busy[1])):
                     finals[out.request_id] = out
                     bar.update(1)
 
-    def _earliest_busy(self) -> tuple[float, int] | None:
+    def earliest_busy(self) -> tuple[float, int] | None:
         """(time, index) of the busy replica whose clock is earliest; None when all are idle."""
         best: tuple[float, int] | None = None
         for i, r in enumerate(self.replicas):
@@ -119,7 +119,7 @@ class ReplicaPool:
                     best = (t, i)
         return best
 
-    def _admit(self, target: int, request: Request) -> None:
+    def admit(self, target: int, request: Request) -> None:
         """Queue ``request`` on replica ``target`` at its arrival (an idle replica's clock waits for it)."""
         if not 0 <= target < len(self.replicas):
             raise ValueError(f"router {type(self.router).__name__} chose replica {target} of {len(self.replicas)}")

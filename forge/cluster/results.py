@@ -63,7 +63,7 @@ def load_balance(
     ``{prefix}_{requests,tokens,busy}_max_over_mean``, with the list under ``per_{prefix}``."""
     rows = []
     for r in replicas:
-        mine = requests[requests[column] == r.index]
+        mine = requests[requests[column] == r.index]  # (prefill or decode tokens: the whole request's)
         own = steps[steps[column] == r.index] if len(steps) else steps
         busy = float((own["end_time"] - own["start_time"]).sum()) if len(own) else 0.0
         tokens = int(mine["num_prompt_tokens"].sum() + mine["num_output_tokens"].sum())
