@@ -79,6 +79,8 @@ class ForgeConfig:
     structured: Any = None
     server: Any = None
     embedding: Any = None
+    cluster: Any = None
+    router: Any = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     mode: str = "offline"
@@ -215,10 +217,20 @@ def _check_by_building(node: DictConfig) -> None:
     if not isinstance(params, dict):
         return
     target = get_object(str(params.pop("_target_")))
-    try:
-        target(**{str(k): v for k, v in params.items()})
+    try:  # (Hydra's own keys, ``_recursive_`` and the like, are not the target's)
+        target(**{str(k): v for k, v in params.items() if not str(k).startswith("_")})
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def _check_cluster(cfg: DictConfig) -> None:
+    """``cluster`` and ``router`` (``forge.cluster``, ``forge.routers``): built here (cheap, no engine),
+    so a pool of 0 replicas, a per-replica list of the wrong length or a bad router setting fails at
+    compose time as one line."""
+    for group in ("cluster", "router"):
+        node = cfg.get(group)
+        if isinstance(node, DictConfig) and "_target_" in node:
+            _check_by_building(node)
 
 
 def _check_server(cfg: DictConfig) -> None:
@@ -287,11 +299,12 @@ def validate_settings(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     _check_schema_keys(cfg)
-    for group in (*GROUPS, "drafter", "structured", "server", "embedding"):
+    for group in (*GROUPS, "drafter", "structured", "server", "embedding", "cluster", "router"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)
     _check_server(cfg)
+    _check_cluster(cfg)
     _check_model_dtypes(cfg)
     _check_kvcache_sizes(cfg)
     _check_clock_presets(cfg)

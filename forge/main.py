@@ -12,9 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.config import ConfigError, validate
-from forge.engine.build import build_engine, default_sampling, workload_requests
-from forge.engine.engine import Engine
+from forge.cluster.run import ClusterRun, build_cluster
+from forge.config import validate
+from forge.engine.build import default_sampling, workload_requests
 from forge.results.metrics import summarize
 from forge.results.provenance import git_commit
 from forge.results.redact import redact_config
@@ -41,20 +41,23 @@ def torch_threads() -> int | None:
 def run_offline(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Run the workload and write the run directory; ``timing.json`` there records when the job ran
     (``started_at`` / ``ended_at``, Unix seconds, model build included: what a sweep's overlap checks
-    read), kept out of ``summary.json`` so that a simulated run's summary is a function of its config."""
+    read), kept out of ``summary.json`` so that a simulated run's summary is a function of its config.
+    The workload runs on ``cfg.cluster``'s replicas behind ``cfg.router`` (``forge.cluster``; one
+    replica, the default: the engine alone)."""
     started_at = time.time()
     validate(cfg)
-    engine = build_engine(cfg)
+    cluster = build_cluster(cfg)
     try:
-        summary = _run_engine(cfg, engine, run_dir)
+        summary = _run_cluster(cfg, cluster, run_dir)
     finally:
-        engine.close()
+        cluster.close()
     timing = {"started_at": started_at, "ended_at": time.time(), "pid": os.getpid()}
     (run_dir / "timing.json").write_text(json.dumps(timing, indent=2))
     return summary
 
 
-def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any]:
+def _run_cluster(cfg: DictConfig, cluster: ClusterRun, run_dir: Path) -> dict[str, Any]:
+    engine = cluster.first
     warnings = []
     load_start = os.getloadavg()[0]
     if not engine.clock.simulated:
@@ -62,18 +65,10 @@ def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any
         if busy is not None:
             warnings.append(busy)
     default_sampling(cfg)  # a bad sampling.* value is a ConfigError naming it, not a traceback from a request
-    requests = workload_requests(cfg, engine)
-    for request in requests:  # the workload is config: a request that can never run is a config error
-        refusal = engine.scheduler.refusal(request)
-        if refusal is not None:
-            raise ConfigError(f"workload: {refusal}")
-    engine.run(requests, progress=cfg.progress)
-    rec = engine.recorder
-    req_df, step_df = rec.requests_frame(), rec.steps_frame()
-    counters = dict(engine.scheduler.kv.stats())
-    summary = summarize(req_df, step_df, counters)
-    if engine.drafter is not None:
-        summary.update(engine.spec_stats.summary())
+    records = cluster.run(workload_requests(cfg, engine), cfg.progress)
+    summary = summarize(records.requests, records.steps, cluster.counters())
+    summary.update(cluster.spec_summary())
+    summary.update(records.extra(summary["duration_s"]))
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
     summary["commit"] = git_commit()
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
@@ -81,6 +76,11 @@ def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any
         summary.update(wall_conditions(load_start))
     if warnings:
         summary["warnings"] = warnings
+    _write_run(cfg, run_dir, records.requests, records.steps, summary)
+    return summary
+
+
+def _write_run(cfg: DictConfig, run_dir: Path, req_df: Any, step_df: Any, summary: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     req_df.to_parquet(run_dir / "requests.parquet")
     step_df.to_parquet(run_dir / "steps.parquet")
@@ -90,7 +90,24 @@ def _run_engine(cfg: DictConfig, engine: Engine, run_dir: Path) -> dict[str, Any
         from forge.results.report import write_report
 
         write_report(run_dir)
-    return summary
+
+
+def _replicas_line(summary: dict[str, Any]) -> str:
+    """The load balance over the replicas, max / mean of each measure (1.00: perfectly even)."""
+    balance = ", ".join(
+        f"{what} {summary[f'replica_{what}_max_over_mean']:.2f}" for what in ("requests", "tokens", "busy")
+    )
+    return f"{'replicas (' + str(summary.get('router', '')) + ')':<28}{summary['replicas']}; max/mean: {balance}"
+
+
+def _pools_line(summary: dict[str, Any]) -> str:
+    """A disaggregated run's pools: replicas and busy fraction of each, and the mean KV transfer."""
+    pools = ", ".join(
+        f"{pool} {summary[f'{pool}_replicas']} ({summary[f'{pool}_busy_fraction']:.0%} busy)"
+        for pool in ("prefill", "decode")
+    )
+    transfer = f"KV transfer {summary.get('mean_kv_transfer_ms', 0.0):.3f} ms mean over {summary['link']}"
+    return f"{'pools':<28}{pools}; {transfer}"
 
 
 def wall_conditions(load_start: float) -> dict[str, Any]:
@@ -126,6 +143,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{'prefix cache hit rate':<28}{rate:.1%}")
     if "spec_acceptance_rate" in summary:
         lines.append(f"{'spec acceptance rate':<28}{summary['spec_acceptance_rate']:.1%}")
+    if "replicas" in summary:
+        lines.append(_replicas_line(summary))
+    if "prefill_busy_fraction" in summary:
+        lines.append(_pools_line(summary))
     if "load_avg_start" in summary:
         threads = f"{summary['torch_threads']} torch threads" if summary.get("torch_threads") else "torch not loaded"
         load = f"load avg {summary['load_avg_start']:.2f} -> {summary['load_avg_end']:.2f}"

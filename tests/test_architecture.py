@@ -18,6 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "tokenizers": {"core"},
     "policies": {"core"},
+    "routers": {"core"},
     "kvcache": {"core"},
     "kernels": {"core"},
     "sampling": {"core"},
@@ -47,6 +48,7 @@ ALLOWED: dict[str, set[str]] = {
         "parallel",
     },
     "capacity": {"config", "core", "engine", "results", "workloads"},
+    "cluster": {"config", "core", "engine", "models", "results", "routers", "sim", "spec"},
     "server": {
         "config",
         "core",

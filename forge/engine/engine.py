@@ -44,7 +44,7 @@ class _NoBar:
         pass
 
 
-def _progress_bar(total: int, enabled: bool) -> AbstractContextManager[_Progress]:
+def progress_bar(total: int, enabled: bool) -> AbstractContextManager[_Progress]:
     """A tqdm bar over ``total`` requests, or (tqdm not even imported) one that shows nothing."""
     if not enabled:
         return nullcontext(_NoBar())
@@ -300,7 +300,7 @@ class Engine:
         finals: dict[str, RequestOutput] = {}
         offset = self.clock.now()
         i = 0
-        with _progress_bar(len(pending), progress) as bar:
+        with progress_bar(len(pending), progress) as bar:
             while (unfinished := self.has_unfinished()) or i < len(pending):
                 if not unfinished:
                     self.clock.wait_until(offset + pending[i].arrival_time)
@@ -310,16 +310,18 @@ class Engine:
                     self.add_request(pending[i])
                     i += 1
                 next_arrival = offset + pending[i].arrival_time if i < len(pending) else math.inf
-                for out in self._advance(next_arrival):
+                for out in self.advance(next_arrival):
                     finals[out.request_id] = out
                     bar.update(1)
         self.check_idle()
         return finals
 
-    def _advance(self, next_arrival: float) -> list[RequestOutput]:
+    def advance(self, next_arrival: float) -> list[RequestOutput]:
         """The finished outputs of the next step, or of the next steps as one ``DecodeRun`` when the
         runner, the scheduler and the clock can take one: the same steps, ending before the one that
-        would see ``next_arrival``."""
+        would see ``next_arrival`` (the clock's time of the next request this engine may be given;
+        ``math.inf``: none). What ``run`` calls between arrivals, and a cluster for each replica
+        (``forge.cluster``)."""
         runner = self.runner
         if self.drafter is None and not self.beams and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)

@@ -123,11 +123,16 @@ def report_figures(run_dir: Path | str) -> dict[str, Figure]:
     run_dir = Path(run_dir)
     label = run_label(run_dir)
     steps = pd.read_parquet(run_dir / "steps.parquet")
-    return {
-        "latency_cdf.png": latency_cdf_figure(pd.read_parquet(run_dir / "requests.parquet"), label),
-        "batch.png": batch_figure(steps, label),
-        "kv_usage.png": kv_figure(steps, label),
-    }
+    figures = {"latency_cdf.png": latency_cdf_figure(pd.read_parquet(run_dir / "requests.parquet"), label)}
+    per_replica = json.loads((run_dir / "summary.json").read_text()).get("per_replica")
+    if per_replica:  # several replicas: their steps interleave in time, so a figure per replica instead
+        from forge.results.replica_report import replica_figure
+
+        figures["replicas.png"] = replica_figure(steps, per_replica, label)
+    else:
+        figures["batch.png"] = batch_figure(steps, label)
+        figures["kv_usage.png"] = kv_figure(steps, label)
+    return figures
 
 
 def _fmt(v: Any) -> str:
@@ -137,7 +142,8 @@ def _fmt(v: Any) -> str:
 def write_report(run_dir: Path | str) -> Path:
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    for name, fig in report_figures(run_dir).items():
+    figures = report_figures(run_dir)
+    for name, fig in figures.items():
         fig.savefig(run_dir / name, dpi=100)
         plt.close(fig)
     lines = [
@@ -151,21 +157,29 @@ def write_report(run_dir: Path | str) -> Path:
         *[f"> **warning:** {w}\n" for w in summary.get("warnings", [])],
         "| metric | value |",
         "|---|---|",
-        *[f"| {k} | {_fmt(v)} |" for k, v in sorted(summary.items()) if k not in ("commit", "machine", "warnings")],
+        *[
+            f"| {k} | {_fmt(v)} |"
+            for k, v in sorted(summary.items())
+            if k not in ("commit", "machine", "warnings") and not isinstance(v, dict | list)
+        ],
         "",
         "## Latency CDFs",
         "![latency CDFs](latency_cdf.png)",
         "",
-        "## Batch",
-        "![batch size](batch.png)",
-        "",
-        "## KV cache",
-        "![KV usage](kv_usage.png)",
-        "",
+        *_step_sections(summary, "replicas.png" in figures),
     ]
     out = run_dir / "report.md"
     out.write_text("\n".join(lines))
     return out
+
+
+def _step_sections(summary: dict[str, Any], per_replica: bool) -> list[str]:
+    """The report's batch and KV sections: one figure each, or (several replicas) the per-replica table and figure."""
+    if not per_replica:
+        return ["## Batch", "![batch size](batch.png)", "", "## KV cache", "![KV usage](kv_usage.png)", ""]
+    from forge.results.replica_report import replica_table
+
+    return ["## Replicas", "", *replica_table(summary["per_replica"]), "", "![per replica](replicas.png)", ""]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""A cluster's records: the replicas' request and step frames merged with a ``replica`` column, and
+the summary's per-replica load balance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from forge.cluster.loop import Replica
+from forge.spec.base import SpecDecodeStats
+
+REQUEST_TIMES = ("arrival_time", "first_scheduled_time", "first_token_time", "finish_time")
+STEP_TIMES = ("start_time", "end_time")
+
+
+def merged_frames(replicas: Sequence[Replica], column: str = "replica") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(requests, steps) of every replica, each row with its replica's index in ``column``, times in
+    seconds from the run's start; one simulated replica: its frames as the engine records them, plus
+    that column. Requests are in arrival order (stable: a
+    replica's own order among equal times), steps replica by replica."""
+    reqs, steps = [], []
+    for r in replicas:
+        rec = r.engine.recorder
+        reqs.append(_shifted(rec.requests_frame(), REQUEST_TIMES, r.offset).assign(**{column: r.index}))
+        steps.append(_shifted(rec.steps_frame(), STEP_TIMES, r.offset).assign(**{column: r.index}))
+    req_df = pd.concat(reqs, ignore_index=True) if len(reqs) > 1 else reqs[0]
+    if len(reqs) > 1:
+        req_df = req_df.sort_values("arrival_time", kind="stable", ignore_index=True)
+    step_df = pd.concat(steps, ignore_index=True) if len(steps) > 1 else steps[0]
+    return req_df, step_df
+
+
+def _shifted(frame: pd.DataFrame, columns: tuple[str, ...], offset: float) -> pd.DataFrame:
+    """``frame`` with its time ``columns`` in the cluster's time (the replica's clock less ``offset``,
+    its time when the run started: 0 under a simulated clock, which leaves the frame as it is)."""
+    if offset == 0 or not len(frame):
+        return frame
+    return frame.assign(**{c: frame[c] - offset for c in columns})
+
+
+def summed_counters(replicas: Sequence[Replica]) -> dict[str, int]:
+    """The KV caches' counters (prefix-cache queries and hits, ...) added over the replicas."""
+    total: dict[str, int] = {}
+    for r in replicas:
+        for key, value in r.engine.scheduler.kv.stats().items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def load_balance(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    replicas: Sequence[Replica],
+    duration: float,
+    column: str = "replica",
+    prefix: str = "replica",
+) -> dict[str, Any]:
+    """Per replica: requests, tokens (prompt + output), busy time and busy fraction (of ``duration``,
+    the run's); and, for each, max / mean over the replicas (1.0: perfectly even), as
+    ``{prefix}_{requests,tokens,busy}_max_over_mean``, with the list under ``per_{prefix}``."""
+    rows = []
+    for r in replicas:
+        mine = requests[requests[column] == r.index]  # (prefill or decode tokens: the whole request's)
+        own = steps[steps[column] == r.index] if len(steps) else steps
+        busy = float((own["end_time"] - own["start_time"]).sum()) if len(own) else 0.0
+        tokens = int(mine["num_prompt_tokens"].sum() + mine["num_output_tokens"].sum())
+        rows.append(
+            {
+                "replica": r.index,
+                "hardware": r.hardware,
+                "requests": len(mine),
+                "tokens": tokens,
+                "busy_s": busy,
+                "busy_fraction": busy / duration if duration > 0 else 0.0,
+            }
+        )
+    out: dict[str, Any] = {f"per_{prefix}": rows, f"{prefix}s": len(rows)}
+    for key, field in (("requests", "requests"), ("tokens", "tokens"), ("busy", "busy_s")):
+        values = np.array([row[field] for row in rows], dtype=float)
+        mean = float(values.mean())
+        out[f"{prefix}_{key}_max_over_mean"] = float(values.max() / mean) if mean > 0 else 1.0
+    return out
+
+
+def merged_spec_stats(replicas: Sequence[Replica]) -> SpecDecodeStats | None:
+    """The replicas' speculative-decoding counters added up (None: no replica has a drafter)."""
+    parts = [r.engine.spec_stats for r in replicas if r.engine.drafter is not None]
+    if not parts:
+        return None
+    width = max(len(p.drafts_per_position) for p in parts)
+
+    def added(name: str) -> list[int]:
+        return [sum(getattr(p, name)[i] for p in parts if i < len(getattr(p, name))) for i in range(width)]
+
+    return SpecDecodeStats(
+        num_drafts=sum(p.num_drafts for p in parts),
+        num_draft_tokens=sum(p.num_draft_tokens for p in parts),
+        num_accepted_tokens=sum(p.num_accepted_tokens for p in parts),
+        drafts_per_position=added("drafts_per_position"),
+        accepted_per_position=added("accepted_per_position"),
+    )

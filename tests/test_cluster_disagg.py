@@ -1,0 +1,117 @@
+"""``cluster=disaggregated``: prefill and decode pools joined by a KV transfer over a link preset; TTFT
+includes the transfer; fast paths and reruns change nothing; bad pools and links are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from forge.cluster.run import Records, build_cluster
+from forge.cluster.spec import link_preset
+from forge.config import compose_config
+from forge.engine.build import workload_requests
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ["model=synthetic", "clock=simulated", "progress=false", "report=false", "cluster=disaggregated"]
+TWO_TWO = ["cluster.prefill_replicas=2", "cluster.decode_replicas=2", "workload.num_requests=40"]
+
+
+def run(overrides: list[str]) -> Records:
+    cfg = compose_config([*BASE, *overrides])
+    cluster = build_cluster(cfg)
+    return cluster.run(workload_requests(cfg, cluster.first), False)
+
+
+def test_each_request_is_prefilled_then_decoded_after_its_kv_arrives() -> None:
+    records = run([*TWO_TWO, "clock.hardware=a100", "router=least_outstanding"])
+    req = records.requests
+    assert len(req) == 40 and set(req["prefill_replica"]) == {0, 1} and set(req["decode_replica"]) == {0, 1}
+    assert (req["kv_transfer_s"] > 0).all()
+    # the first token reaches the user when its KV reaches the decode replica: after the transfer
+    for column in ("ttft", "e2e", "tpot"):
+        assert req[column].notna().all()
+    assert (req["ttft"] > req["kv_transfer_s"]).all()
+    assert (req["first_token_time"] >= req["first_scheduled_time"] + req["kv_transfer_s"]).all()
+    assert (req["decode_wait_s"] >= 0).all()
+    assert set(records.steps["pool"]) == {"prefill", "decode"} and set(records.steps["replica"]) == {0, 1, 2, 3}
+    prefill = records.steps[records.steps["pool"] == "prefill"]
+    assert prefill["num_decode_tokens"].sum() == 0  # a prefill replica computes prompts only
+
+
+def test_the_transfer_is_kv_bytes_over_bandwidth_plus_latency() -> None:
+    one = ["workload.num_requests=8", "clock.model=llama-2-7b", "engine.max_model_len=4096"]
+    slow = run([*one, "cluster.link=pcie", "cluster.link_bandwidth_gbps=1"]).requests
+    fast = run([*one, "cluster.link=pcie"]).requests
+    per_token = 2 * 32 * 32 * 128 * 2  # llama-2-7b: K and V, 32 layers, 32 heads of 128, fp16
+    expected = 10e-6 + slow["num_prompt_tokens"] * per_token / 1e9
+    assert slow["kv_transfer_s"].to_numpy() == pytest.approx(expected.to_numpy(), rel=1e-9)
+    assert (slow["ttft"] > fast["ttft"]).all()
+    overlapped = run([*one, "cluster.link=pcie", "cluster.link_bandwidth_gbps=1", "cluster.layerwise_overlap=true"])
+    assert (overlapped.requests["kv_transfer_s"] < slow["kv_transfer_s"]).all()
+    assert (overlapped.requests["kv_transfer_s"] >= 10e-6 + expected / 32 - 10e-6 / 32).all()
+
+
+def test_link_presets_cite_their_numbers() -> None:
+    assert link_preset("nvlink").bandwidth > link_preset("pcie").bandwidth > link_preset("infiniband").bandwidth
+    for name in ("nvlink", "infiniband", "pcie"):
+        text = (ROOT / "conf" / "hardware" / "links" / f"{name}.yaml").read_text()
+        assert "https://" in text
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
+def test_disaggregation_is_the_same_with_fast_paths_off_and_on_rerun(router: str) -> None:
+    overrides = [*TWO_TWO, f"router={router}", "workload.arrivals.rate=300"]
+    on = run([*overrides, "engine.fast_paths=true"])
+    again = run([*overrides, "engine.fast_paths=true"])
+    off = run([*overrides, "engine.fast_paths=false"])
+    for other in (again, off):
+        assert other.requests.equals(on.requests)
+        assert other.steps.equals(on.steps)
+
+
+def run_py(*overrides: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "run.py", *BASE, "workload.num_requests=12", *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_disaggregated_run_reports_its_pools_and_transfers(tmp_path: Path) -> None:
+    proc = run_py("report=true", *TWO_TWO[:2], run_dir=tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pools" in proc.stdout and "KV transfer" in proc.stdout
+    summary: dict[str, Any] = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["prefill_replicas"] == 2 and summary["decode_replicas"] == 2 and summary["link"] == "nvlink"
+    assert 0 < summary["prefill_busy_fraction"] <= 1 and 0 < summary["decode_busy_fraction"] <= 1
+    assert summary["mean_kv_transfer_ms"] > 0 and len(summary["per_replica"]) == 4
+    req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
+    assert {"prefill_replica", "decode_replica", "kv_transfer_s"} <= set(req.columns)
+    assert (tmp_path / "run" / "replicas.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["cluster.prefill_replicas=0"], "cluster.prefill_replicas must be an integer >= 1, got 0"),
+        (["cluster.decode_replicas=0"], "cluster.decode_replicas must be an integer >= 1, got 0"),
+        (["cluster.link_bandwidth_gbps=0"], "cluster.link_bandwidth_gbps must be a finite number > 0, got 0"),
+        (["cluster.link_bandwidth_gbps=-3.5"], "cluster.link_bandwidth_gbps must be a finite number > 0"),
+        (["cluster.link=carrier_pigeon"], "cluster.link='carrier_pigeon': not an interconnect preset"),
+        (["cluster.decode_overrides=[{kvcache:{num_blocks:2}}]"], "workload: request req-"),
+        (["clock=wall", "model=tiny"], "cluster=disaggregated needs clock=simulated"),
+    ],
+)
+def test_a_bad_pool_or_link_is_one_line(overrides: list[str], message: str, tmp_path: Path) -> None:
+    proc = run_py(*overrides, run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: ") and message in lines[0], proc.stderr
