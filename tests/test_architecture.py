@@ -47,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "parallel",
     },
     "capacity": {"config", "core", "engine", "results", "workloads"},
+    "gateway": {"config", "core", "engine", "routers"},
     "server": {
         "config",
         "core",
