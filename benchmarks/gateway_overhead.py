@@ -106,6 +106,8 @@ def report(
     via = frame[frame.path == "gateway"].set_index("round")[COLUMNS]
     added = (via - direct).median()
 
+    total = int(frame.completed.sum() + frame.failed.sum())
+
     def failed(path: str) -> int:
         return int(frame[frame.path == path].failed.sum())
 
@@ -116,7 +118,7 @@ def report(
         f"--request-rate {args.request_rate}`",
         f"- commit `{git_commit(ROOT)}`, machine {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
         f"load average {load_start[0]:.2f} -> {load_end[0]:.2f}",
-        f"- failures: direct {failed('direct')}, gateway {failed('gateway')} of {int(frame.completed.sum() + frame.failed.sum())}",
+        f"- failures: direct {failed('direct')}, gateway {failed('gateway')} of {total} requests",
         "",
         "| metric (ms) | direct, median of rounds | gateway, median of rounds | gateway − direct, median of rounds |",
         "|---|---|---|---|",
