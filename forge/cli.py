@@ -9,6 +9,8 @@
     forge bench regress [args]         the regression gate of benchmarks/suites (benchmarks/regress.py)
     forge sweep DIR                    (re)write a sweep directory's sweep_report.md
     forge report DIR [DIR ...]         (re)write a run directory's report.md and plots
+    forge route --backend URL [...] | --spawn N [overrides] [router=NAME]
+                                       an OpenAI-compatible gateway over forge serve backends (forge/gateway/cli.py)
     forge capacity [overrides] --ttft S --tpot S [--config "OVERRIDES" ...]
                                        the highest rate each configuration serves within an SLO (forge/capacity/cli.py)
 
@@ -301,6 +303,18 @@ def capacity_command(argv: Sequence[str]) -> None:
         raise ConfigError(hydra_error_line(exc)) from exc
 
 
+def route_command(argv: Sequence[str]) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from forge.gateway.cli import main
+
+    try:
+        main(argv)
+    except (HydraException, OmegaConfBaseException) as exc:  # a router option or setting Hydra cannot compose
+        raise ConfigError(hydra_error_line(exc)) from exc
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {
     "run": run_app,
     "serve": serve_command,
@@ -308,6 +322,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], None]] = {
     "sweep": sweep_command,
     "report": report_command,
     "capacity": capacity_command,
+    "route": route_command,
 }
 
 

@@ -49,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "capacity": {"config", "core", "engine", "results", "workloads"},
     "cluster": {"config", "core", "engine", "models", "results", "routers", "sim", "spec"},
+    "gateway": {"config", "core", "engine", "routers"},
     "server": {
         "config",
         "core",
