@@ -46,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
         "results",
         "parallel",
     },
+    "frontend": {"core", "sched", "engine"},
     "server": {
         "config",
         "core",
@@ -53,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
         "kvcache",
         "structured",
         "engine",
+        "frontend",
         "results",
         "sampling",
         "models",
