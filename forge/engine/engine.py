@@ -231,7 +231,7 @@ class Engine:
         except Exception as exc:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"
-            rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
+            rows = dict.fromkeys([r.request_id for r in sched.requests], reason)
             return StepOutputs(others=self._fail(rows, step_failed=True))
         self.speculator.record(sched, out)
         failed = self._fail(out.failed) if out.failed else []
