@@ -21,6 +21,7 @@ from forge.config import compose_config
 from forge.core.beam_params import BeamSearchParams
 from forge.core.request import Request
 from forge.engine.build import build_engine, workload_requests
+from forge.frontend import BeamSearchFrontend
 from forge.kvcache.sharing import Sharing, block_sharing
 
 PAPER = {("parallel", 2): 6.09, ("parallel", 4): 8.53, ("parallel", 6): 9.79}
@@ -70,22 +71,23 @@ def measure(num_requests: int, mode: str, k: int, seed: int = SEEDS[0]) -> dict[
     summed over steps), the mean and peak blocks in use, the simulated duration and the CPU seconds."""
     cfg = compose_config(overrides(num_requests, seed))
     engine = build_engine(cfg)
+    front = BeamSearchFrontend(engine)  # runs the beam searches over the engine's plain requests
     pending = sorted(variant(workload_requests(cfg, engine), mode, k), key=lambda r: r.arrival_time)
     total, used, peak, steps, i = Sharing(0, 0), 0, 0, 0, 0
     kv = engine.scheduler.kv
     cpu0 = time.process_time()
-    while i < len(pending) or engine.has_unfinished():
-        if not engine.has_unfinished():
+    while i < len(pending) or front.has_unfinished():
+        if not front.has_unfinished():
             engine.clock.wait_until(pending[i].arrival_time)
         while i < len(pending) and pending[i].arrival_time <= engine.clock.now():
-            engine.add_request(pending[i])
+            front.add_request(pending[i])
             i += 1
-        engine.step()
+        front.step()
         total = total + block_sharing(kv, [r.request_id for r in engine.scheduler.running])
         in_use = kv.num_blocks - kv.num_free_blocks()
         used, peak, steps = used + in_use, max(peak, in_use), steps + 1
     cpu = time.process_time() - cpu0
-    engine.check_idle()
+    front.check_idle()
     prefill = sum(s.num_prefill_tokens for s in engine.recorder.steps)
     return {
         "mode": mode,

@@ -76,6 +76,7 @@ class ForgeConfig:
     clock: Any = None
     sampling: Any = None
     drafter: Any = None
+    runner: Any = None
     structured: Any = None
     server: Any = None
     embedding: Any = None
@@ -269,6 +270,8 @@ def max_model_len_for(cfg: DictConfig, model_max_len: int) -> int:
 
 
 def _check_tensor_parallel(cfg: DictConfig, size: int) -> None:
+    if cfg.get("runner") is not None:
+        raise ConfigError(f"runner={cfg.runner._target_} and engine.tensor_parallel_size={size} do not combine")
     target = str(cfg.model.get("_target_", ""))
     if "synthetic" in target:
         raise ConfigError(
@@ -299,7 +302,7 @@ def validate_settings(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     _check_schema_keys(cfg)
-    for group in (*GROUPS, "drafter", "structured", "server", "embedding", "cluster", "router"):
+    for group in (*GROUPS, "drafter", "runner", "structured", "server", "embedding", "cluster", "router"):
         node = cfg.get(group)
         if node is not None:
             _check_node(group, node)

@@ -21,6 +21,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, default_pooling, default_sampling
 from forge.engine.engine import Engine
+from forge.frontend import BeamSearchFrontend
 from forge.sched.fork import output_ids
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class LLM:
     def __init__(self, *overrides: str) -> None:
         self.config = compose_config(list(overrides))
         self.engine: Engine = build_engine(self.config)
+        self._beams = BeamSearchFrontend(self.engine)  # beam searches, over the engine's plain requests
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
         self._structured: StructuredBackend | None = None
@@ -209,8 +211,9 @@ class LLM:
         early_stopping: bool = False,
         ignore_eos: bool = False,
     ) -> list[BeamSearchOutput]:
-        """A beam search per prompt (``BeamSearchParams`` says how; vLLM's ``LLM.beam_search``). The
-        beams are requests of the engine sharing the prompt's and their common prefix's KV blocks."""
+        """A beam search per prompt (``BeamSearchParams`` says how; vLLM's ``LLM.beam_search``), run by
+        ``forge.frontend.BeamSearchFrontend``: the beams are plain requests of the engine sharing the
+        prompt's and their common prefix's KV blocks."""
         params = BeamSearchParams(beam_width, max_tokens, length_penalty, early_stopping, ignore_eos)
         now = self.engine.clock.now()
         requests = [
@@ -220,19 +223,20 @@ class LLM:
         finals: dict[str, RequestOutput] = {}
         wanted = {rid for r in requests for rid in output_ids(r)}
         added: list[Request] = []
+        beams = self._beams
         try:
             for request in requests:
-                self.engine.add_request(request)
+                beams.add_request(request)
                 added.append(request)
             while len(finals) < len(wanted):
-                if not self.engine.has_unfinished():
+                if not beams.has_unfinished():
                     raise RuntimeError(f"the engine finished without {sorted(wanted - finals.keys())}")
-                finals.update((o.request_id, o) for o in self.engine.step() if o.request_id in wanted)
+                finals.update((o.request_id, o) for o in beams.step() if o.request_id in wanted)
         finally:
             for request in added:
                 if request.request_id not in finals:
-                    self.engine.abort(request.request_id)
-        self.engine.check_idle()
+                    beams.abort(request.request_id)
+        beams.check_idle()
         decode = self.tokenizer.decode
         return [
             BeamSearchOutput(

@@ -49,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "capacity": {"config", "core", "engine", "results", "workloads"},
     "cluster": {"config", "core", "engine", "models", "results", "routers", "sim", "spec"},
+    "frontend": {"core", "sched", "engine"},
     "gateway": {"config", "core", "engine", "routers"},
     "server": {
         "config",
@@ -57,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
         "kvcache",
         "structured",
         "engine",
+        "frontend",
         "results",
         "sampling",
         "models",

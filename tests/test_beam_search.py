@@ -1,6 +1,6 @@
-"""Beam search on the scheduler (``LLM.beam_search``, ``forge.sched.beam``) against a brute-force
-search that runs the tiny model on every whole hypothesis, and parallel sampling (``n > 1``) on the
-copy-on-write fork."""
+"""Beam search over plain engine requests (``LLM.beam_search``, ``forge.frontend.BeamSearchFrontend``)
+against a brute-force search that runs the tiny model on every whole hypothesis, and parallel
+sampling (``n > 1``) on the copy-on-write fork."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from forge import LLM, SamplingParams
 from forge.core.beam_params import BeamSearchParams
 from forge.core.request import Request
+from forge.frontend import BeamSearchFrontend
 from forge.kvcache.sharing import Sharing, block_sharing
 from forge.models.base import Model
 from tests.forward_helpers import prefill_logits
@@ -116,21 +117,22 @@ def test_beam_search_under_preemption_frees_every_block() -> None:
 def test_beams_share_blocks_and_pruned_beams_free_theirs(llm: LLM) -> None:
     """While a search runs its beams hold fewer physical blocks than their tables list (the prompt
     and common prefixes are shared); afterwards nothing is held."""
-    engine = llm.engine
+    engine = BeamSearchFrontend(llm.engine)
     ids = llm.tokenizer.encode("A prompt of some length to share")
     params = BeamSearchParams(4, 12)
     engine.add_request(Request("share", ids, SamplingParams(max_tokens=12), beam_search=params))
+    kv = llm.engine.scheduler.kv
     total = Sharing(0, 0)
     finals = []
     for _ in range(200):
         if not engine.has_unfinished():
             break
         finals += [o for o in engine.step() if o.finished]
-        total = total + block_sharing(engine.scheduler.kv, [r.request_id for r in engine.scheduler.running])
+        total = total + block_sharing(kv, [r.request_id for r in llm.engine.scheduler.running])
     engine.check_idle()
     assert sorted(o.request_id for o in finals) == ["share", "share#1", "share#2", "share#3"]
     assert total.saved_fraction > 0.3
-    assert engine.scheduler.kv.stats()["kv_cow_copies"] > 0
+    assert kv.stats()["kv_cow_copies"] > 0
 
 
 def test_n_through_the_fork_matches_separate_seeds_and_shares_blocks() -> None:
@@ -153,3 +155,28 @@ def test_n_through_the_fork_matches_separate_seeds_and_shares_blocks() -> None:
     one = peak_blocks(llm, params, [prompt])
     four = peak_blocks(llm, dataclasses.replace(params, n=4), [prompt])
     assert four < 2 * one
+
+
+def test_the_engine_refuses_a_beam_search_the_frontend_runs_it(llm: LLM) -> None:
+    """Beam search runs above the engine: the engine refuses a ``beam_search`` request (never
+    accepting and ignoring it); the frontend runs it over plain engine requests, each beam a
+    request of its own that ends recorded as finished (the pruned ones ``stop``)."""
+    ids = llm.tokenizer.encode("q?")
+    request = Request("refused", ids, SamplingParams(max_tokens=4), beam_search=BeamSearchParams(2, 4))
+    with pytest.raises(ValueError, match="forge.frontend"):
+        llm.engine.add_request(request)
+    front = BeamSearchFrontend(llm.engine)
+    front.add_request(request)
+    with pytest.raises(ValueError, match="duplicate"):
+        front.add_request(Request("refused#1", ids, SamplingParams(max_tokens=4)))
+    beam_ids = set()
+    finals = []
+    while front.has_unfinished():
+        beam_ids |= set(llm.engine.requests)
+        finals += [o for o in front.step() if o.finished]
+    front.check_idle()
+    assert [o.request_id for o in finals] == ["refused", "refused#1"]
+    assert len(beam_ids) > 2 and all("@" in rid for rid in beam_ids)
+    timelines = llm.engine.recorder.requests
+    assert {timelines[rid].finish_reason for rid in beam_ids} == {"stop"}
+    assert all(timelines[rid].finish_time is not None for rid in beam_ids)

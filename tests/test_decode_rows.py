@@ -16,6 +16,8 @@ from forge.sched.step_outputs import StepOutputs
 from tests.sched_helpers import request, scheduler, step
 
 BASE = ["model=synthetic", "clock=simulated", "workload=sharegpt", "workload.num_requests=16", "progress=false"]
+TIGHT = ["workload=fixed", "workload.input_len.value=40", "workload.output_len.value=60", "kvcache.block_size=16"]
+TIGHT += ["kvcache.num_blocks=24"]
 
 
 def test_scheduled_is_the_decodes_then_the_chunks() -> None:
@@ -30,7 +32,9 @@ def test_scheduled_is_the_decodes_then_the_chunks() -> None:
     assert SchedulerOutput([], 0).is_empty and SchedulerOutput([chunk], 3).scheduled == [chunk]
 
 
-def test_plain_decodes_are_columnar_until_another_row_precedes_them() -> None:
+def test_every_plain_decode_is_columnar() -> None:
+    """One representation of decodes: every plain decode is a row of ``decodes`` (first, as vLLM
+    lays out its batch), never of ``chunks``, whatever the policy schedules before it."""
     s = scheduler()
     for rid in ("a", "b"):
         s.add_request(request(rid, 6, max_tokens=8))
@@ -38,14 +42,46 @@ def test_plain_decodes_are_columnar_until_another_row_precedes_them() -> None:
     so, _ = step(s)
     assert so.decodes.request_ids == ["a", "b"] and so.chunks == []
     assert so.decodes.starts == [6, 6] and [r.start for r in so.scheduled] == [6, 6]
-    # A request still prefilling, ordered first by the policy: the decodes after it keep their order as chunks.
+    # A request still prefilling, ordered first by the policy: the decodes after it are still columns.
     s = scheduler(policy=PrefillFirst(), budget=12)
     for rid, prompt in (("a", [1, 2, 3, 4]), ("b", [5, 6, 7, 8]), ("c", list(range(20, 34)))):
         s.add_request(request(rid, prompt, max_tokens=8))
     step(s)
     so, _ = step(s)
-    assert [r.request_id for r in so.scheduled] == ["c", "a", "b"]
-    assert len(so.decodes) == 0 and [r.num_tokens for r in so.chunks] == [10, 1, 1]
+    assert [r.request_id for r in so.scheduled] == ["a", "b", "c"]
+    assert so.decodes.request_ids == ["a", "b"] and so.decodes.starts == [4, 4]
+    assert [(r.request_id, r.num_tokens) for r in so.chunks] == [("c", 10)]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["scheduler=prefill_first"],
+        ["scheduler=vllm_v0"],
+        [*TIGHT, "engine.preemption_mode=swap", "kvcache.num_cpu_blocks=400"],
+        TIGHT,
+        [*TIGHT, "scheduler=vllm_v0", "engine.preemption_mode=swap", "kvcache.num_cpu_blocks=400"],
+        ["workload=shared_prefix", "kvcache.enable_prefix_caching=true", "workload.prefix_len=64"],
+    ],
+)
+def test_no_chunk_is_a_plain_decode(overrides: list[str]) -> None:
+    """Through admission, swap-in, preemption (``TIGHT``: a pool too small for the batch) and prefix
+    hits, a row that is a plain decode (one token of a decoding request, sampled, no drafts) is
+    always in ``decodes``."""
+    cfg = compose_config([*BASE, "workload.num_requests=24", *overrides])
+    engine = build_engine(cfg)
+    for r in workload_requests(cfg, engine):
+        engine.add_request(r)
+    decodes = steps = 0
+    while engine.has_unfinished():
+        so = engine.scheduler.schedule()
+        for c, r in zip(so.chunks, so.chunk_requests, strict=True):
+            assert not r.is_decoding, f"{c.request_id}: a plain decode among the chunks"
+        decodes += len(so.decodes)
+        steps += 1
+        if not so.is_empty:
+            engine.scheduler.update(so, engine.runner.execute(so), engine.tokenizer.eos_token_ids)
+    assert decodes > 0 and steps > 10
 
 
 def test_update_skips_a_decode_aborted_after_scheduling() -> None:

@@ -37,9 +37,10 @@ class ScheduledRequest:
 
 @dataclass(slots=True)
 class DecodeRows:
-    """Plain decodes, column-wise (as vLLM's ``CachedRequestData``): row i computes one token,
-    ``token_ids[i]`` (its request's last output token), at position ``starts[i]`` through
-    ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows ``rows()`` gives.
+    """The step's plain decodes, all of them, column-wise (as vLLM's ``CachedRequestData``): row i
+    computes one token, ``token_ids[i]`` (its request's last output token), at position ``starts[i]``
+    through ``block_tables[i]`` and samples the token after it; no drafts. Equal to the rows
+    ``rows()`` gives.
     ``requests[i]``: the row's request (filled by the scheduler; empty for rows built elsewhere).
     ``group_tables[i]``: its other KV cache groups' tables (empty when the cache has one group)."""
 
@@ -69,9 +70,11 @@ class DecodeRows:
 # not frozen: one is built per step, and a frozen dataclass's __init__ costs several times a plain one's
 @dataclass
 class SchedulerOutput:
-    """One step's rows: ``decodes`` (plain decodes, column-wise) first, then ``chunks``; ``scheduled``
-    is every row in that order as ``ScheduledRequest`` objects (built on first use). Consumers that
-    only need the rows generically read ``scheduled``; the host fast path reads the two parts.
+    """One step's rows: ``decodes`` (every plain decode, ``Request.is_decoding``, column-wise) first,
+    then ``chunks`` (every other row: prompt chunks, drafts to verify; never a plain decode, so a
+    decode has one representation); ``scheduled`` is every row in that order as ``ScheduledRequest``
+    objects (built on first use). Consumers that only need the rows generically read ``scheduled``;
+    the fast paths (sums over the step, the host model) read the two parts.
     Self-contained: ``requests`` are the rows' requests in the same order (``decodes.requests``, then
     ``chunk_requests``), so neither the runner nor ``Scheduler.update`` looks a request up by id."""
 

@@ -70,7 +70,8 @@ class Request:
     prompt_logprobs: list[dict[int, float] | None] | None = None
     pooling_params: PoolingParams | None = None
     pooled: PooledPrefix | None = None
-    # set: a beam search over this prompt (``forge.sched.beam``); the request is the group's template
+    # set: a beam search over this prompt, run above the engine (``forge.frontend.BeamSearchFrontend``; the
+    # engine refuses it); the request is the search's template
     beam_search: BeamSearchParams | None = None
 
     def __post_init__(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,9 +27,6 @@ from forge.sched.scheduler import Scheduler, SchedulerLimits
 from forge.sim.clock import Clock, SimulatedClock
 from forge.spec.base import Drafter
 from forge.workloads.synthetic import RequestSpec, Workload
-
-if TYPE_CHECKING:
-    from forge.engine.runner import ModelRunner
 
 log = logging.getLogger("forge.engine.build")
 
@@ -171,8 +168,10 @@ def build_runner(
     cfg: DictConfig, model: Model, backend: KernelBackend, kv: KVCacheManager, limits: SchedulerLimits, spec: KVSpec
 ) -> Runner:
     """The runner for ``model`` over ``kv``'s pool: tensor-parallel ranks (``engine.tensor_parallel_size`` > 1);
-    a ``SimulationRunner`` for a model that computes on the host with its cache on the host (no batch tensors,
-    no torch; its host path is a fast path, ``engine.fast_paths``); else a ``ModelRunner``."""
+    the ``runner`` config group's when one is chosen (``runner=<name>``: its ``_target_`` called with its
+    YAML's fields and the keywords of ``Runner``'s docstring); a ``SimulationRunner`` for a model that
+    computes on the host with its cache on the host (no batch tensors, no torch; its host path is a fast
+    path, ``engine.fast_paths``); else a ``ModelRunner``."""
     if cfg.engine.tensor_parallel_size > 1:
         from forge.engine.tensor_parallel import TensorParallelRunner, WorkerSetup
 
@@ -187,25 +186,24 @@ def build_runner(
             kv.kv_groups,
         )
         return TensorParallelRunner(model, backend, cfg, setup)
-    runner_type: type[ModelRunner] | type[SimulationRunner] = SimulationRunner
-    extra: dict[str, Any] = {"fast_paths": cfg.engine.fast_paths}
+    sizes: dict[str, Any] = {
+        "num_blocks": kv.num_blocks,
+        "block_size": kv.block_size,
+        "seed": cfg.seed,
+        "num_cpu_blocks": kv.num_cpu_blocks,
+        "max_num_seqs": limits.max_num_seqs,
+        "max_model_len": limits.max_model_len,
+        "kv_spec": spec,
+        "kv_groups": kv.kv_groups,
+    }
+    if cfg.get("runner") is not None:  # the runner config group: a runner of the user's (``Runner``)
+        runner: Runner = make("runner", cfg.runner, _partial_=True)(model=model, backend=backend, **sizes)
+        return runner
     if not (isinstance(model, HostModel) and backend.device_type == "cpu"):
         from forge.engine.runner import ModelRunner
 
-        runner_type, extra = ModelRunner, {}
-    return runner_type(
-        model,
-        backend,
-        kv.num_blocks,
-        kv.block_size,
-        seed=cfg.seed,
-        num_cpu_blocks=kv.num_cpu_blocks,
-        max_num_seqs=limits.max_num_seqs,
-        max_model_len=limits.max_model_len,
-        kv_spec=spec,
-        kv_groups=kv.kv_groups,
-        **extra,
-    )
+        return ModelRunner(model, backend, **sizes)
+    return SimulationRunner(model, backend, **sizes, fast_paths=cfg.engine.fast_paths)
 
 
 def build_drafter(cfg: DictConfig, backend: KernelBackend, target: Model) -> Drafter | None:

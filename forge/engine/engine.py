@@ -20,7 +20,6 @@ from forge.engine.speculator import Speculator
 from forge.kvcache.base import KVUsage
 from forge.models.base import ModelDims
 from forge.results.metrics import MetricsRecorder
-from forge.sched.beam import BeamSearches
 from forge.sched.fork import fan_out, output_ids
 from forge.sched.scheduler import Scheduler
 from forge.sched.step_outputs import StepOutputs
@@ -88,7 +87,6 @@ class Engine:
         self.recorder = recorder or MetricsRecorder()
         self.requests: dict[str, Request] = {}
         self.speculator = Speculator(drafter)
-        self.beams = BeamSearches(scheduler, runner.model.tokenizer.eos_token_ids)
         self._fast_paths = fast_paths
         clock.bind(dims or runner.model.dims)
         # what decides decode runs and is fixed for the engine's life (the runner's host path may change)
@@ -133,23 +131,17 @@ class Engine:
 
     def add_request(self, request: Request) -> None:
         """Queue ``request``; its final outputs come under ``output_ids(request)``: its n sequences
-        (``n > 1``: siblings that fork onto its prompt's KV), or a beam search's results
-        (``request.beam_search``, run by ``forge.sched.beam``; each beam is a request of its own).
-        ValueError if it can never run here (e.g. an embedding request on a model that gives no
-        hidden states)."""
+        (``n > 1``: siblings that fork onto its prompt's KV). ValueError if it can never run here
+        (e.g. an embedding request on a model that gives no hidden states) or is a beam search,
+        which runs above the engine, over plain requests (``forge.frontend.BeamSearchFrontend``)."""
         if request.pooling_params is not None and self.runner.hidden_model is None:
             name = type(self.runner.model).__name__
             raise ValueError(f"request {request.request_id}: {name} gives no hidden states, so no embeddings")
-        for rid in output_ids(request):
-            if rid in self.requests or self.beams.owns(rid):
-                raise ValueError(f"duplicate request id {rid!r}")
         if request.beam_search is not None:
-            if self.drafter is not None:
-                raise ValueError("beam search does not run with a drafter (speculative decoding)")
-            if self.scheduler.limits.preemption_mode != "recompute":
-                raise ValueError("beam search needs engine.preemption_mode=recompute")
-            self._track(self.beams.start(request))
-            return
+            raise ValueError(f"request {request.request_id}: a beam search runs in forge.frontend, not the engine")
+        for rid in output_ids(request):
+            if rid in self.requests:
+                raise ValueError(f"duplicate request id {rid!r}")
         children = fan_out(request)  # n > 1: siblings that fork onto this request's prompt KV
         self.scheduler.add_request(request, forks=children)
         for r in (request, *children):
@@ -159,25 +151,33 @@ class Engine:
         self.requests[request.request_id] = request
         self.recorder.on_arrival(request, request.arrival_time)
 
+    def fork(self, parent: Request, child: Request) -> None:
+        """Add ``child``, a new request whose first tokens are ``parent``'s computed ones: it shares
+        their KV blocks (copy-on-write, ``KVCacheManager.fork``) instead of computing them, or waits
+        and computes them itself where the scheduler cannot fork it now (``Scheduler.fork``)."""
+        self.scheduler.fork(parent, child, parent.num_computed_tokens)
+        self._track(child)
+
     def abort(self, request_id: str) -> bool:
-        """Stop a request (a beam search: all of it, by any of its ids) and free its blocks."""
+        """Stop a request and free its blocks; False if it is unknown."""
         return bool(self.abort_requests(request_id))
 
     def abort_requests(self, request_id: str) -> list[str]:
-        """``abort``, returning the ids of the engine requests it stopped (a beam search's beams)."""
-        if self.beams.owns(request_id):
-            ended = [r.request_id for r in self.beams.abort(request_id)]
-            for rid in ended:
-                self.requests.pop(rid, None)
-            return ended
+        """``abort``, returning the ids of the engine requests it stopped (``[request_id]`` or none)."""
         request = self.scheduler.abort(request_id)
         self.requests.pop(request_id, None)
         self.speculator.forget(request_id)
         return [request_id] if request is not None else []
 
+    def stop(self, request_id: str, reason: str) -> None:
+        """End a request its caller needs no more of (a pruned beam) as finished with ``reason``: its
+        blocks freed, and recorded as finishing now (``MetricsRecorder.on_abort``)."""
+        if self.abort(request_id):
+            self.recorder.on_abort(request_id, reason)
+
     def abort_all(self) -> list[RequestOutput]:
         """Stop every request; an ``abort`` output per id a caller waits on (``output_ids``)."""
-        _, outputs = self.beams.abort_all()
+        outputs = []
         for rid, request in list(self.requests.items()):
             if self.abort(rid):
                 outputs.append(stopped_output(request, "abort"))
@@ -194,34 +194,32 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """One step's outputs: one per request that sampled, including the requests that failed
         this step (``finish_reason="error"``, ``error`` set; see ``_step``)."""
-        return self._step().outputs
+        ran = self._step()
+        return ran.outputs if ran is not None else []
 
-    def _step(self) -> StepOutputs:
+    def step_outputs(self) -> tuple[StepOutputs, bool]:
+        """``step``'s outputs (column-wise, as ``Scheduler.update`` gives them) and whether the step
+        ran (False: nothing could be scheduled), as vLLM V1's ``EngineCore.step``."""
+        ran = self._step()
+        return (ran, True) if ran is not None else (StepOutputs(), False)
+
+    def _step(self) -> StepOutputs | None:
         """One step: the scheduler's outputs, then the final outputs of the requests that failed.
 
         A failure stays with the requests it concerns: a request whose sampling, constraint or
         verification raised (``ModelOutput.failed``) is aborted (its KV blocks freed) and finished
         with the error while the rest of the batch goes on; if the model step itself raises, every
         request of the step fails that way and the engine continues with the others, unless it raised
-        ``EngineDeadError``, which ``step`` raises."""
+        ``EngineDeadError``, which ``step`` raises. None if nothing could be scheduled."""
         self.clock.step_started()
         start = self.clock.now()
         self.speculator.propose(self.scheduler.running, self.scheduler.limits.max_model_len)
-        sched = self._schedule()
-        if sched.is_empty:
-            return StepOutputs()
-        outputs = self._execute(sched)
-        delivered, outputs = self._advance_beams(outputs)
-        self._record(sched, outputs, start)
-        return delivered
-
-    def _schedule(self) -> SchedulerOutput:
-        """The scheduler's next step; beams waiting for their round give back the blocks they hold when
-        nothing else can run."""
         sched = self.scheduler.schedule()
-        while sched.is_empty and len(self.beams) and self.beams.release_idle():
-            sched = self.scheduler.schedule()
-        return sched
+        if sched.is_empty:
+            return None
+        outputs = self._execute(sched)
+        self._record(sched, outputs, start)
+        return outputs
 
     def _execute(self, sched: SchedulerOutput) -> StepOutputs:
         """Run the step and update the scheduler: its outputs, with the final outputs of the requests
@@ -233,22 +231,12 @@ class Engine:
         except Exception as exc:
             log.error("the model step failed; failing its %d requests", sched.num_rows, exc_info=exc)
             reason = f"the model step failed ({type(exc).__name__})"
-            rows = dict.fromkeys([*sched.decodes.request_ids, *(s.request_id for s in sched.chunks)], reason)
+            rows = dict.fromkeys([r.request_id for r in sched.requests], reason)
             return StepOutputs(others=self._fail(rows, step_failed=True))
         self.speculator.record(sched, out)
         failed = self._fail(out.failed) if out.failed else []
         outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
         return outputs.with_others(failed) if failed else outputs
-
-    def _advance_beams(self, outputs: StepOutputs) -> tuple[StepOutputs, StepOutputs]:
-        """(what the step delivers to callers, what it records): beam searches turn their beams'
-        outputs into their own and start their next round's beams."""
-        if not len(self.beams):
-            return outputs, outputs
-        beams = self.beams.advance(outputs)
-        for r in beams.started:
-            self._track(r)
-        return beams.delivered, outputs.with_others(beams.closed) if beams.closed else outputs
 
     def _record(self, sched: SchedulerOutput, outputs: StepOutputs, start: float) -> None:
         """Advance the clock past the step, record it, and let the finished requests go."""
@@ -277,8 +265,6 @@ class Engine:
         problems = []
         if self.scheduler.num_unfinished:
             problems.append(f"{self.scheduler.num_unfinished} requests unfinished")
-        if len(self.beams):
-            problems.append(f"{len(self.beams)} beam searches unfinished")
         if kv.num_held():
             problems.append(f"{kv.num_held()} requests still hold KV blocks")
         if kv.num_free_blocks() != kv.num_blocks:
@@ -323,13 +309,14 @@ class Engine:
         ``math.inf``: none). What ``run`` calls between arrivals, and a cluster for each replica
         (``forge.cluster``)."""
         runner = self.runner
-        if self.drafter is None and not self.beams and self.decode_runs:
+        if self.drafter is None and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
             if plan is not None and (ends := self._decode_step_ends(plan, next_arrival)):
                 run = plan.truncated(len(ends))
                 if (usage := self.scheduler.start_decode_run(run)) is not None:
                     return self._decode_run(runner, run, ends, usage)
-        return self._step().finished
+        ran = self._step()
+        return ran.finished if ran is not None else []
 
     def _decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
         return self._run_clock.decode_step_ends(run, deadline) if self._run_clock is not None else []

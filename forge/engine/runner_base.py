@@ -23,6 +23,20 @@ class Runner(ABC):
       engine cannot go on).
     - ``close()``: release what it holds outside this process; idempotent.
 
+    What ``execute`` owes each row of ``sched.scheduled`` (its request is the same position of
+    ``sched.requests``): a row with ``sample`` set gets ``ModelOutput.sampled_token_ids[request_id]``,
+    the token sampled after its last position (``request.sampling_params`` says how), or after a row
+    with ``num_draft_tokens`` drafts the accepted drafts plus one token; ``logprobs`` and
+    ``prompt_logprobs`` where the request asks for them, ``pooled`` for an embedding request (only
+    with a ``hidden_model``). Before the forward, a runner that holds KV memory does the block copies
+    (``swap_out``, ``copy_blocks``, ``swap_in``) and writes each row's KV through its ``block_table``.
+
+    Built by ``forge.engine.build.build_runner`` for the model, or, with the ``runner`` config group
+    (``runner=<name>``: ``conf/runner/<name>.yaml`` or one on ``hydra.searchpath``), its ``_target_``
+    called with the YAML's fields and the keywords ``model``, ``backend``, ``num_blocks``,
+    ``block_size``, ``seed``, ``num_cpu_blocks``, ``max_num_seqs``, ``max_model_len``, ``kv_spec`` and
+    ``kv_groups`` (the pool the KV cache manager hands out; ``docs/extending.md``).
+
     Optional capabilities, declared (the defaults say "not supported"; the engine never probes the
     runner's type):
 

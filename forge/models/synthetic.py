@@ -166,7 +166,7 @@ class SyntheticModel(Model):
         # it, and allocation order is the order of the rows; so this equals write-all-then-read.
         for s in sched.chunks:
             table = s.block_table
-            if s.num_tokens == 1 and s.sample:  # a decode after another chunk
+            if s.num_tokens == 1 and s.sample:  # a one-token chunk (a prompt's last token): as a decode
                 tokens += self._decode_rows(kv_caches[0], bs, [s.start], s.token_ids, [1], [table])[0]
                 continue
             # a chunk (a prompt): forge's C write where it loads, else block by block as arrays

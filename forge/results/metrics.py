@@ -81,6 +81,14 @@ class MetricsRecorder:
         tl = RequestTimeline(request.request_id, t, request.num_prompt_tokens, request.priority)
         self.requests[request.request_id] = self._unscheduled[request.request_id] = tl
 
+    def on_abort(self, request_id: str, reason: str = "abort") -> None:
+        """A request its caller ended between steps (``Engine.stop``: a pruned beam): finished with
+        ``reason`` at the end of the last step recorded."""
+        tl = self.requests[request_id]
+        self._unscheduled.pop(request_id, None)
+        tl.finish_time = self.steps[-1].end_time if self.steps else tl.arrival_time
+        tl.finish_reason = reason
+
     def on_step(
         self,
         sched: SchedulerOutput,

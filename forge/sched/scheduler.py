@@ -199,9 +199,9 @@ class Scheduler:
         """Schedule the running requests in the policy's order (each its gap, within ``budget``);
         returns the budget left and the requests preempted to make room."""
         preempted: list[Request] = []
-        swapped_in = step.request_ids() if step.rows else ()  # already scheduled (waiting-first swap-ins)
+        swapped_in = () if step.is_empty else step.request_ids()  # already scheduled (waiting-first swap-ins)
         running = RequestStatus.RUNNING
-        decode_slot, rows, grouped = self._decode_slot, step.rows, self._grouped
+        decode_slot, grouped = self._decode_slot, self._grouped
         add_request, add_table = step.decode_requests.append, step.decode_tables.append
         for request in list(self.policy.running_order(self.running)):
             if budget == 0:
@@ -213,9 +213,7 @@ class Scheduler:
                 if table is not None:
                     if grouped:  # the hybrid allocator: the other KV cache groups' tables too
                         step.add_decode(request, table, self.kv.group_tables(request.request_id))
-                    elif rows:
-                        step.add_decode(request, table)
-                    else:  # no other row yet: the decode goes column-wise (``StepRows.add_decode``)
+                    else:  # column-wise (``StepRows.add_decode``)
                         add_request(request)
                         add_table(table)
                     budget -= 1

@@ -9,8 +9,9 @@ from forge.core.request import Request
 class StepRows:
     """The step the scheduler is building: first the plain decodes, column-wise (``decode_requests``
     and their ``decode_tables``; ``decodes()`` gives them as ``DecodeRows``), then ``rows`` (every
-    other row; a plain decode after any other row joins these, keeping the order) and ``requests``,
-    the request of each of ``rows``."""
+    other row) and ``requests``, the request of each of ``rows``. Every plain decode is column-wise,
+    whenever it is added (vLLM's batch layout: decodes first), so a step has one representation of
+    its decodes."""
 
     __slots__ = ("decode_group_tables", "decode_requests", "decode_tables", "requests", "rows")
 
@@ -32,20 +33,19 @@ class StepRows:
         return ids
 
     def add_chunk(self, row: ScheduledRequest, request: Request) -> None:
+        """``row`` of ``request``, the next of ``rows``; a plain decode's row (``Request.is_decoding``:
+        e.g. a swapped-in or a preempting decode) goes column-wise instead (``add_decode``)."""
+        if request.is_decoding:
+            self.add_decode(request, row.block_table, row.group_tables)
+            return
         self.rows.append(row)
         self.requests.append(request)
 
     def add_decode(self, request: Request, block_table: list[int], group_tables: tuple[list[int], ...] = ()) -> None:
         """A plain decode of ``request`` (``Request.is_decoding``) through ``block_table`` (and the
         other KV cache groups' ``group_tables``, given for every decode or for none): a column-wise
-        row while no other row precedes it (the scheduler may append to ``decode_requests`` and
-        ``decode_tables`` itself then, when the cache has one group), else a ``ScheduledRequest``."""
-        if self.rows:  # after another row: keep the order
-            start = request.num_computed_tokens
-            token = [request.output_token_ids[-1]]
-            row = ScheduledRequest(request.request_id, start, 1, token, block_table, True, group_tables=group_tables)
-            self.add_chunk(row, request)
-            return
+        row (the scheduler may append to ``decode_requests`` and ``decode_tables`` itself, when the
+        cache has one group)."""
         self.decode_requests.append(request)
         self.decode_tables.append(block_table)
         if group_tables:

@@ -19,6 +19,7 @@ from typing import Literal
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request
 from forge.engine.engine import Engine
+from forge.frontend import BeamSearchFrontend
 from forge.sched.fork import output_ids
 from forge.server.metrics import ServerMetrics, ServingRecorder
 
@@ -53,6 +54,7 @@ Stream = asyncio.Queue[tuple[str, Item]]
 class AsyncEngine:
     def __init__(self, engine: Engine, metrics: ServerMetrics, max_waiting: int, idle_poll_s: float = 0.05) -> None:
         self.engine = engine
+        self.frontend = BeamSearchFrontend(engine)  # beam searches, over the engine's plain requests
         self.metrics = metrics
         self.recorder = ServingRecorder(metrics)
         engine.recorder = self.recorder
@@ -161,13 +163,13 @@ class AsyncEngine:
             if stop and not engine.has_unfinished():
                 return
             if engine.has_unfinished():
-                outputs = engine.step()
+                outputs = self.frontend.step()
                 self._send([(o.request_id, o if o.error is None else RequestFailed(o.error)) for o in outputs])
             self._num_engine_waiting = engine.scheduler.num_unfinished - len(engine.scheduler.running)
             self.metrics.sync(engine)
 
     def _handle(self, cmd: _Command, replies: list[tuple[str, Item]]) -> bool:
-        engine = self.engine
+        engine = self.frontend
         if cmd.kind == "add":
             assert cmd.request is not None
             try:
@@ -178,7 +180,7 @@ class AsyncEngine:
             for rid in engine.abort_requests(cmd.request_id):
                 self.recorder.on_abort(rid, cmd.reason)
         elif cmd.kind == "abort_all":
-            for rid in list(engine.requests):
+            for rid in list(self.engine.requests):
                 self.recorder.on_abort(rid, "abort")
             replies.extend((o.request_id, o) for o in engine.abort_all())
         return cmd.kind == "stop"
