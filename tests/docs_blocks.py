@@ -3,8 +3,8 @@
 A fenced block in ``bash``/``sh``/``shell``/``console`` or ``python``/``py`` is collected; it runs unless
 the line before its opening fence (blank lines between allowed) is ``<!-- docs-test: skip (reason) -->``.
 A page's blocks run in one temporary directory: its shell blocks one after another in ``bash -e -o
-pipefail`` (a ``console`` block: its ``$`` lines), its Python blocks one after another in one interpreter
-(a later block sees an earlier one's names). docs/contributing.md describes this for writers."""
+pipefail`` (a ``console`` block: its ``$`` lines), then its Python blocks one after another in one
+interpreter (a later block sees an earlier one's names). docs/contributing.md describes this for writers."""
 
 from __future__ import annotations
 
