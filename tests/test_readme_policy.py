@@ -1,5 +1,5 @@
-"""README's "adding a policy" example is real: it passes the project's ruff and mypy and orders the
-waiting queue as it says (composed through Hydra like any conf/scheduler option)."""
+"""The "adding a policy" example of docs/architecture.md is real: it passes the project's ruff and mypy
+and orders the waiting queue as it says (composed through Hydra like any conf/scheduler option)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_example(tmp_path: Path) -> Path:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "architecture.md").read_text()
     code = re.search(r"```python\n# forge/policies/longest_first.py\n(.*?)```", text, re.S)
-    assert code is not None, "README lost its policy example"
+    assert code is not None, "docs/architecture.md lost its policy example"
     path = tmp_path / "longest_first.py"
     path.write_text(code.group(1))
     return path
