@@ -146,8 +146,8 @@ class RequestBuilder:
         per_prompt = ask.per_prompt(body.n)
         check_counts(len(prompts), per_prompt, ask.logprobs, ask.prompt_logprobs, self.max_logprobs)
         grammar = await request_grammar(body, ask.tool_spec, self.structured)
-        if body.min_tokens and (grammar is not None or body.stop_strings()):
-            raise APIError("min_tokens cannot be combined with stop strings or structured output", param="min_tokens")
+        if body.min_tokens and grammar is not None:
+            raise APIError("min_tokens cannot be combined with structured output", param="min_tokens")
         sampling = Sampling(body, ask.logprobs, ask.prompt_logprobs, logit_bias(body, self.limits.vocab_size))
         out: list[ChoiceSpec] = []
         for pi, prompt in enumerate(prompts):

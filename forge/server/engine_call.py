@@ -26,7 +26,9 @@ class Generation:
         self.queue: Stream = asyncio.Queue()
         self.requests, self.choices = engine_requests(choices, prefix)
         self.texts = {
-            rid: ChoiceText(state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids, c.include_stop_str)
+            rid: ChoiceText(
+                state.builder.tokenizer, c.stop_strings, c.params.stop_token_ids, c.include_stop_str, c.min_tokens
+            )
             for rid, c in self.choices.items()
         }
         self.pending: set[str] = set()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from forge.core.outputs import RequestOutput
-from forge.server.stops import StopMatcher
+from forge.server.stops import StopHit, StopMatcher
 from forge.tokenizers.base import IncrementalDetokenizer, Tokenizer
 
 
@@ -44,8 +44,13 @@ class ChoiceText:
         stop_strings: list[str],
         stop_token_ids: Sequence[int],
         include_stop_str: bool = False,
+        min_tokens: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
+        self.min_tokens = min_tokens
+        # the text's length once min_tokens tokens are out (None: not yet); a stop string ending
+        # before it does not count (vLLM's rule: stop strings are not checked before min_tokens)
+        self.checked_from: int | None = 0 if min_tokens == 0 else None
         self.matcher = StopMatcher(stop_strings) if stop_strings else None
         self.stop_token_ids = set(stop_token_ids)
         self.detok = IncrementalDetokenizer(tokenizer)
@@ -62,8 +67,7 @@ class ChoiceText:
         shown = new
         if out.finished and out.finish_reason == "stop" and new and new[-1] in self.stop_token_ids:
             shown = new[:-1]
-        self.ids.extend(shown)
-        self.text += self.detok.push(shown)
+        self._extend(shown)
         if out.finished:
             full = self.tokenizer.decode(self.ids)
             if full.startswith(self.text):
@@ -73,11 +77,30 @@ class ChoiceText:
         self.finish_reason = reason
         return Delta(text, new, list(out.logprobs or []), reason, out.prompt_logprobs)
 
+    def _extend(self, shown: list[int]) -> None:
+        """``shown`` detokenized onto the text; where the ``min_tokens``-th token falls among them,
+        the text is cut there first, to note where stop strings start to count."""
+        if self.matcher is not None and self.checked_from is None and len(self.ids) + len(shown) >= self.min_tokens:
+            k = self.min_tokens - len(self.ids)
+            self.ids.extend(shown[:k])
+            self.text += self.detok.push(shown[:k])
+            self.checked_from = len(self.text)
+            shown = shown[k:]
+        self.ids.extend(shown)
+        self.text += self.detok.push(shown)
+
+    def _next_stop(self, matcher: StopMatcher) -> StopHit | None:
+        """The first stop string in the text fed on that ends past ``checked_from``."""
+        while (hit := matcher.feed(self.text[matcher.fed :])) is not None:
+            if self.checked_from is not None and hit.start + len(hit.stop) > self.checked_from:
+                return hit
+        return None
+
     def _releasable(self, final: bool) -> tuple[str, bool]:
         text = self.text
         limit = len(text)
         if self.matcher is not None:
-            hit = self.matcher.feed(text[self.matcher.fed :])
+            hit = self._next_stop(self.matcher)
             if hit is not None:
                 end = hit.start + len(hit.stop) if self.include_stop_str else hit.start
                 out = text[self.sent : end]
