@@ -149,6 +149,26 @@ def test_continuous_usage_stats(client: openai.OpenAI) -> None:
     assert len(counts) == len(chunks) and counts == sorted(counts) and counts[-1] == 6
 
 
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_continuous_usage_stats_needs_include_usage(server: BackgroundServer, endpoint: str) -> None:
+    """vLLM's rule (issue 37, item 4): ``continuous_usage_stats`` adds usage to the chunks only with
+    ``include_usage``; without it no chunk carries usage, as with no ``stream_options``."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    kw: Any = {"model": "tiny", "max_tokens": 6, "temperature": 0, "stream": True}
+    options: Any = {"include_usage": False, "continuous_usage_stats": True}
+    if endpoint == "chat":
+        chunks = list(client.chat.completions.create(messages=MSGS, stream_options=options, **kw))
+    else:
+        chunks = list(client.completions.create(prompt="abc", stream_options=options, **kw))
+    assert len(chunks) >= 2 and all(c.usage is None for c in chunks)
+    raw = httpx.post(
+        f"{server.url}/v1/{'chat/' if endpoint == 'chat' else ''}completions",
+        json={**kw, "stream_options": options, **({"messages": MSGS} if endpoint == "chat" else {"prompt": "abc"})},
+    )
+    events = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: {")]
+    assert events and all("usage" not in e for e in events)
+
+
 def test_logit_bias(client: openai.OpenAI) -> None:
     kw: Any = {"model": "tiny", "prompt": "lb", "max_tokens": 8, "temperature": 0}
     forced = client.completions.create(logit_bias={"65": 100}, **kw).choices[0].text

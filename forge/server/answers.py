@@ -52,11 +52,11 @@ async def best_of_answer(gen: Generation, base: Body, fmt: ChoiceFormat, n: int)
 
 class _UsageChunks:
     """What ``stream_options`` asks of a stream's usage: a final usage chunk (``include_usage``) and
-    the usage so far on every chunk (``continuous_usage_stats``)."""
+    the usage so far on every chunk (``continuous_usage_stats``, vLLM's: only with ``include_usage``)."""
 
     def __init__(self, options: StreamOptions | None, prompt_tokens: int) -> None:
         self.final = options is not None and options.include_usage
-        self.continuous = options is not None and options.continuous_usage_stats
+        self.continuous = self.final and options is not None and options.continuous_usage_stats
         self.prompt_tokens = prompt_tokens
 
     def so_far(self, n_out: int) -> Body:
@@ -87,6 +87,6 @@ def sse_answer(
 ) -> StreamingResponse:
     """The SSE stream of one call: the ``head`` choices, one chunk per delta, an error chunk if the
     engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``. With
-    ``stream_options.continuous_usage_stats`` every chunk carries the usage so far."""
+    ``include_usage`` and ``continuous_usage_stats`` every chunk carries the usage so far."""
     counts = _UsageChunks(options, gen.prompt_tokens)
     return StreamingResponse(_events(gen, base, fmt, head or [], counts), media_type="text/event-stream")
