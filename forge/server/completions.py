@@ -39,9 +39,13 @@ class CompletionFormat:
         self.started: set[int] = set()  # streamed choices whose first chunk has been sent
 
     def echo_text(self, c: ChoiceSpec) -> str:
+        """The prompt as given: its text, or its token ids decoded with their special tokens (the
+        echoed tokens' strings keep them, and their offsets index this text)."""
         if not self.body.echo:
             return ""
-        return c.prompt_text if c.prompt_text is not None else self.tokenizer.decode(c.prompt_ids)
+        if c.prompt_text is not None:
+            return c.prompt_text
+        return self.tokenizer.decode(c.prompt_ids, skip_special_tokens=False)
 
     def logprobs(self, c: ChoiceSpec, d: Delta, offset: int, first: bool) -> dict[str, Any] | None:
         """The delta's logprobs object; on a choice's first delta with echo, the prompt's before them."""
