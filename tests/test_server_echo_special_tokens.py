@@ -34,7 +34,9 @@ def test_echoed_special_tokens_match_tokens_and_offsets(server: BackgroundServer
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     kw: Any = {"model": "smollm2", "prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}
     chunks = list(client.completions.create(stream=True, **kw)) if stream else [client.completions.create(**kw)]
-    text, tokens, offsets = "", [], []
+    text = ""
+    tokens: list[str] = []
+    offsets: list[int] = []
     for chunk in chunks:
         choice = chunk.choices[0]
         assert choice.logprobs is not None
