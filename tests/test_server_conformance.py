@@ -86,7 +86,39 @@ def test_min_tokens_suppresses_ending_tokens(server: BackgroundServer, client: o
     held = client.completions.create(extra_body={"stop_token_ids": stop_ids, "min_tokens": 5}, **kw)
     assert held.usage is not None and held.usage.completion_tokens >= 5
     refused(lambda: client.completions.create(extra_body={"min_tokens": 13}, **kw), "min_tokens")
-    refused(lambda: client.completions.create(stop=["x"], extra_body={"min_tokens": 2}, **kw), "min_tokens")
+    refused(lambda: client.completions.create(extra_body={"min_tokens": 2, "regex": "a+"}, **kw), "min_tokens")
+
+
+def test_min_tokens_with_stop_strings_as_vllm(client: openai.OpenAI) -> None:
+    """vLLM's rule (issue 38): stop strings are not checked in the first ``min_tokens`` tokens' text; a
+    stop string ending in a later token's text ends the choice, wherever it starts. ``logit_bias`` makes
+    every token "x" (the byte tokenizer: one token, one character)."""
+    kw: Any = {"model": "tiny", "prompt": "abc", "max_tokens": 10, "temperature": 0, "logit_bias": {"120": 100}}
+    assert client.completions.create(**kw).choices[0].text == "x" * 10
+    assert client.completions.create(stop=["x"], **kw).choices[0].text == ""
+    held = client.completions.create(stop=["x"], extra_body={"min_tokens": 3}, **kw).choices[0]
+    assert (held.text, held.finish_reason) == ("xxx", "stop")
+    # "xx" first ends at the 4th character: the match starting at the 3rd cuts the text there
+    straddle = client.completions.create(stop=["xx"], extra_body={"min_tokens": 3}, **kw).choices[0]
+    assert straddle.text == "xx"
+    kept = client.completions.create(
+        stop=["xx"], extra_body={"min_tokens": 3, "include_stop_str_in_output": True}, **kw
+    )
+    assert kept.choices[0].text == "xxxx"
+    stream = client.completions.create(stop=["x"], stream=True, extra_body={"min_tokens": 5}, **kw)
+    chunks = [c.choices[0] for c in stream if c.choices]
+    assert "".join(c.text for c in chunks) == "xxxxx" and chunks[-1].finish_reason == "stop"
+    msgs: Any = [{"role": "user", "content": "hi"}]
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=msgs,
+        max_tokens=10,
+        temperature=0,
+        logit_bias={"120": 100},
+        stop="x",
+        extra_body={"min_tokens": 2},
+    )
+    assert chat.choices[0].message.content == "xx" and chat.choices[0].finish_reason == "stop"
 
 
 def test_include_stop_str_in_output(client: openai.OpenAI) -> None:
@@ -115,6 +147,26 @@ def test_continuous_usage_stats(client: openai.OpenAI) -> None:
     chunks = list(stream)
     counts = [c.usage.completion_tokens for c in chunks if c.usage is not None]
     assert len(counts) == len(chunks) and counts == sorted(counts) and counts[-1] == 6
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_continuous_usage_stats_needs_include_usage(server: BackgroundServer, endpoint: str) -> None:
+    """vLLM's rule (issue 37, item 4): ``continuous_usage_stats`` adds usage to the chunks only with
+    ``include_usage``; without it no chunk carries usage, as with no ``stream_options``."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    kw: Any = {"model": "tiny", "max_tokens": 6, "temperature": 0, "stream": True}
+    options: Any = {"include_usage": False, "continuous_usage_stats": True}
+    if endpoint == "chat":
+        chunks = list(client.chat.completions.create(messages=MSGS, stream_options=options, **kw))
+    else:
+        chunks = list(client.completions.create(prompt="abc", stream_options=options, **kw))
+    assert len(chunks) >= 2 and all(c.usage is None for c in chunks)
+    raw = httpx.post(
+        f"{server.url}/v1/{'chat/' if endpoint == 'chat' else ''}completions",
+        json={**kw, "stream_options": options, **({"messages": MSGS} if endpoint == "chat" else {"prompt": "abc"})},
+    )
+    events = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: {")]
+    assert events and all("usage" not in e for e in events)
 
 
 def test_logit_bias(client: openai.OpenAI) -> None:

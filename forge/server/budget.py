@@ -10,7 +10,7 @@ request's units are its inputs x the embedding's dimensions (one number each, as
 
 from __future__ import annotations
 
-from forge.server.generation import ChoiceSpec
+from forge.server.choices import ChoiceSpec
 from forge.server.protocol import APIError
 
 

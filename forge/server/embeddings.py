@@ -26,14 +26,15 @@ from forge.core.sampling_params import SamplingParams
 from forge.server.async_engine import AsyncEngine, EngineClosed, EngineOverloaded, RequestFailed, Stream
 from forge.server.bodies import OffLoopBodyRoute
 from forge.server.budget import check_embedding_budget
+from forge.server.checks import check_encodable, check_model
 from forge.server.disconnect import unless_disconnected
-from forge.server.generation import EngineLimits, check_encodable, check_model
 from forge.server.protocol import APIError, EmbeddingRequest
+from forge.server.request_limits import EngineLimits
 from forge.tokenizers.base import Tokenizer
 
 if TYPE_CHECKING:
     from forge.engine.engine import Engine
-    from forge.server.app import ServerState
+    from forge.server.state import ServerState
 
 log = logging.getLogger("forge.server")
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request

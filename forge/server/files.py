@@ -174,6 +174,20 @@ def _page(objs: list[FileObject], limit: int, after: str | None) -> dict[str, An
     }
 
 
+async def _upload(store: FileStore, file: UploadFile, purpose: str, who: Caller) -> dict[str, Any]:
+    """``POST /v1/files``: a UTF-8 file of one of ``UPLOAD_PURPOSES``, stored for ``who``."""
+    if purpose not in UPLOAD_PURPOSES:
+        raise APIError(f"purpose must be one of {list(UPLOAD_PURPOSES)}, got {purpose[:32]!r}", param="purpose")
+    data = await file.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError("a batch input file must be UTF-8 JSONL text", param="file") from exc
+    with storage_errors():  # a large file is written on a worker thread
+        created = await asyncio.to_thread(store.create, file.filename or "upload.jsonl", purpose, data, who.owner)
+    return created.body()
+
+
 def files_router(store: FileStore, owners: Owners, in_use: Callable[[str], bool]) -> APIRouter:
     """The routes; ``in_use(file_id)``: the file is the input of a batch that has not ended."""
     router = APIRouter()
@@ -183,16 +197,7 @@ def files_router(store: FileStore, owners: Owners, in_use: Callable[[str], bool]
     async def upload(
         file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()], who: Caller = caller
     ) -> dict[str, Any]:
-        if purpose not in UPLOAD_PURPOSES:
-            raise APIError(f"purpose must be one of {list(UPLOAD_PURPOSES)}, got {purpose[:32]!r}", param="purpose")
-        data = await file.read()
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise APIError("a batch input file must be UTF-8 JSONL text", param="file") from exc
-        with storage_errors():  # a large file is written on a worker thread
-            created = await asyncio.to_thread(store.create, file.filename or "upload.jsonl", purpose, data, who.owner)
-        return created.body()
+        return await _upload(store, file, purpose, who)
 
     @router.get("/v1/files")
     async def list_files(

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from forge.core.beam_params import BeamSearchParams
 from forge.core.sampling_params import SEED_MAX
-from forge.server.generation import ChoiceSpec, Delta
+from forge.server.choices import ChoiceSpec
+from forge.server.generation import Delta
 from forge.server.guided import guided_specs
 from forge.server.protocol import APIError, CompletionRequest
 

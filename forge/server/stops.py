@@ -47,7 +47,7 @@ class StopMatcher:
 
     def feed(self, text: str) -> StopHit | None:
         """Advance over ``text``; on the first completed stop string, stop there and report it
-        (the matcher is then done: further feeding is the caller's error)."""
+        (``fed`` counts the characters up to it; feeding the rest finds the next one)."""
         goto, fail = self._goto, self._fail
         state = self._state
         for ch in text:

@@ -16,9 +16,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from forge.server.bodies import OffLoopBodyRoute
-from forge.server.generation import EngineLimits, RequestBuilder, check_encodable, check_model
+from forge.server.builder import RequestBuilder
+from forge.server.checks import check_encodable, check_model
 from forge.server.nesting import check_embedded_json
 from forge.server.protocol import APIError, ChatCompletionRequest, DetokenizeRequest, TokenizeRequest
+from forge.server.request_limits import EngineLimits
 from forge.server.tools import tool_plan
 
 
