@@ -21,6 +21,7 @@ STUDIES = (
     "launchers",
     "kv_sharing",
     "kv_memory",
+    "routing",
 )
 REPO = Path(__file__).resolve().parent.parent
 

@@ -105,3 +105,19 @@ def test_kv_sharing_study_tiny_reports_seeds_and_cis(tmp_path) -> None:
     assert fork["prefill_tokens"] < separate["prefill_tokens"]  # the fork computes each prompt once
     readme = (tmp_path / "README.md").read_text()
     assert " ± " in readme and "95% confidence interval" in readme
+
+
+def test_routing_study_tiny_reports_every_router_over_seeds(tmp_path) -> None:
+    from experiments.run import main
+    from experiments.seeds import SEEDS
+
+    main(["routing", "--size", "tiny", "--out", str(tmp_path)])
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert set(res["router"]) == {"round_robin", "least_outstanding", "power_of_two", "prefix_aware"}
+    assert set(res["workload"]) == {"shared_prefix", "azure_conv"} and (res["n_seeds"] == len(SEEDS)).all()
+    per_seed = pd.read_csv(tmp_path / "results_per_seed.csv")
+    assert len(per_seed) == len(res) * len(SEEDS) and (per_seed["replicas"] == 4).all()
+    aware = res[(res["workload"] == "shared_prefix") & (res["router"] == "prefix_aware")].iloc[0]
+    rr = res[(res["workload"] == "shared_prefix") & (res["router"] == "round_robin")].iloc[0]
+    assert aware["hit_rate"] > rr["hit_rate"]  # the cache-aware router finds the prefixes it sent
+    assert " ± " in (tmp_path / "README.md").read_text() and (tmp_path / "routing.png").stat().st_size > 0
