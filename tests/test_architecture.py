@@ -47,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "results",
         "parallel",
     },
-    "capacity": {"config", "core", "engine", "results", "workloads"},
+    "capacity": {"cluster", "config", "core", "engine", "results", "workloads"},
     "cluster": {"config", "core", "engine", "models", "results", "routers", "sim", "spec"},
     "frontend": {"core", "sched", "engine"},
     "gateway": {"config", "core", "engine", "routers"},

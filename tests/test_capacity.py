@@ -92,3 +92,14 @@ def test_the_cli_writes_a_report_per_configuration(tmp_path: Path) -> None:
     assert set(pd.read_csv(out / "probes.csv")["config"]) == set(table["config"])
     assert (out / "attainment.png").stat().st_size > 0
     assert "best goodput per GPU" in (out / "report.md").read_text()
+
+
+def test_a_cluster_configuration_searches_its_replicas() -> None:
+    big = [*BASE, "workload.num_requests=240"]  # enough requests that the load, not the workload's end, decides
+    one = search(big, SLO_, tol=0.1)
+    two = search([*big, "cluster.replicas=2"], SLO_, tol=0.1)
+    assert two.gpus == 2 and two.rate > 1.5 * one.rate  # two replicas carry about twice the load
+    split = [*big, "cluster=disaggregated"]
+    knob = RateKnob(compose_config(split))
+    assert gpus_of(compose_config(split)) == 2
+    assert probe(split, knob, two.rate, SLO_) != probe([*big, "cluster.replicas=2"], knob, two.rate, SLO_)

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from forge.cluster.run import build_cluster
 from forge.config import ConfigError, compose_config, validate
-from forge.engine.build import build_engine, default_sampling, workload_requests
+from forge.engine.build import default_sampling, workload_requests
 from forge.engine.make import make
 
 
@@ -124,22 +125,17 @@ class RateKnob:
 
 
 def probe(overrides: Sequence[str], knob: RateKnob, rate: float, slo: SLO) -> Probe:
-    """One run of the configuration at ``rate`` (in memory: nothing is written)."""
+    """One run of the configuration at ``rate``, on its cluster (one replica by default; in memory:
+    nothing is written)."""
     cfg = compose_config([*overrides, *knob.overrides(rate), "progress=false", "report=false"])
     validate(cfg)
     default_sampling(cfg)
-    engine = build_engine(cfg)
+    cluster = build_cluster(cfg)
     try:
-        requests = workload_requests(cfg, engine)
-        for request in requests:
-            refusal = engine.scheduler.refusal(request)
-            if refusal is not None:
-                raise ConfigError(f"workload: {refusal}")
-        engine.run(requests, progress=False)
-        cols = engine.recorder.request_columns()
+        requests = cluster.run(workload_requests(cfg, cluster.first), False).requests
     finally:
-        engine.close()
-    ttft, tpot = np.asarray(cols["ttft"], dtype=float), np.asarray(cols["tpot"], dtype=float)
+        cluster.close()
+    ttft, tpot = requests["ttft"].to_numpy(dtype=float), requests["tpot"].to_numpy(dtype=float)
     return Probe(
         rate=rate,
         attainment=slo.attained(ttft, tpot),
@@ -179,6 +175,7 @@ def search(
 
 
 MIN_RATE = 1e-6
+MAX_DOUBLINGS = 24  # 16 million times the first rate: the workload never loads the configuration
 
 
 def _bracket(at: Any, rate: float, slo: SLO) -> tuple[Probe | None, Probe | None]:
@@ -186,11 +183,15 @@ def _bracket(at: Any, rate: float, slo: SLO) -> tuple[Probe | None, Probe | None
     first = at(rate)
     if first.meets(slo):
         below = first
-        while True:
+        for _ in range(MAX_DOUBLINGS):
             nxt = at(below.rate * 2)
             if not nxt.meets(slo):
                 return below, nxt
             below = nxt
+        raise ConfigError(
+            f"capacity: the SLO is met even at {below.rate:g} req/s: the workload is too small to load this "
+            "configuration (more requests, or a tighter SLO)"
+        )
     above = first
     while above.rate / 2 >= MIN_RATE:
         nxt = at(above.rate / 2)
