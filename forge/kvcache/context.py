@@ -21,8 +21,8 @@ class KVCacheContext:
 
     - ``num_blocks``: the pool in blocks of ``block_size`` tokens of every layer (the classic layout:
       ``kvcache.num_blocks``, or what fits the KV memory budget when that is ``auto``).
-    - ``groups``: the model's layers grouped by sliding window (``forge.core.kv_groups``) when it has
-      windowed layers; None when every layer attends to its whole context.
+    - ``groups``: the model's layers grouped by sliding window (``forge.core.kv_groups``; one group
+      when no layer is windowed); None: no model's layout is known (one group of every layer).
     - ``num_pages``: the same memory in pages of ``groups``' layout (``pages``; None: as many as
       ``groups.pages_for(num_blocks)``).
     - ``max_model_len``: the longest request in tokens; ``preemption_mode``: ``engine.preemption_mode``;
