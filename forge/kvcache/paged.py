@@ -56,6 +56,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         self.windows: tuple[int | None, ...] = (None,) if groups is None else groups.windows
         self._plain = groups is None  # one group of full attention (no windows): the fast paths' case
         self.enable_prefix_caching = enable_prefix_caching
+        self._no_caching_plain = self._plain and not enable_prefix_caching  # (on the decode hot path)
         self.hash_seed = hash_seed
         self.pool = BlockPool(self.num_blocks, enable_prefix_caching)
         self.swap = SwapSpace(self.num_cpu_blocks)
@@ -115,21 +116,15 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
                 self.num_window_freed += len(drop)
                 self.pool.free(drop)
 
-    def _covers(self, pages: Pages | None, num_tokens: int) -> bool:
-        """Whether ``allocate_slots`` up to ``num_tokens`` has nothing to do: one group, nothing to
-        cache, no block shared, and its blocks already hold ``num_tokens`` positions."""
-        return (
-            pages is not None
-            and self._plain
-            and not self.enable_prefix_caching
-            and not self.pool.num_shared
-            and num_tokens <= len(pages.tables[0]) * self.block_size
-        )
-
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:
         pages = self._pages.get(request.request_id)
-        if self._covers(pages, num_tokens):
-            return True  # (most decodes)
+        if (
+            pages is not None
+            and self._no_caching_plain
+            and not self.pool.num_shared
+            and num_tokens <= len(pages.tables[0]) * self.block_size
+        ):
+            return True  # one table, no block shared, nothing to cache, the positions held: a no-op
         if pages is None:
             pages = self._pages[request.request_id] = Pages(len(self.windows))
         computed = request.num_computed_tokens
@@ -138,7 +133,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         n_blocks = -(-num_tokens // self.block_size)
         need = [max(0, n_blocks - len(blocks)) for blocks in pages.blocks]
         first = computed // self.block_size
-        cow = self._cow_groups(pages, first) if self.pool.num_shared and num_tokens > computed else []
+        cow = pages.shared_groups(first) if self.pool.num_shared and num_tokens > computed else []
         total = sum(need)
         if total + len(cow) > self.pool.num_free:
             return False
@@ -158,20 +153,12 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
 
     def decode_slot(self, request: Request) -> list[int] | None:
         pages = self._pages.get(request.request_id)
-        if self._covers(pages, request.num_computed_tokens + 1):
-            assert pages is not None
-            return pages.tables[0]  # the token's slot is in a block it holds alone, nothing to cache
         end = request.num_computed_tokens + 1
+        if pages is not None and self._no_caching_plain and not self.pool.num_shared:
+            table = pages.tables[0]
+            if end <= len(table) * self.block_size:
+                return table  # the token's slot is in a block it holds alone, nothing to cache: no allocation
         return self.block_table(request.request_id) if self.allocate_slots(request, end, end) else None
-
-    def _cow_groups(self, pages: Pages, first: int) -> list[int]:
-        """The groups whose block ``first`` (the first one written) others hold too (copy-on-write)."""
-        cow = []
-        for g, blocks in enumerate(pages.blocks):
-            block = blocks[first] if first < len(blocks) else None
-            if block is not None and block.ref_cnt > 1:
-                cow.append(g)
-        return cow
 
     def _copy_on_write(self, pages: Pages, group: int, index: int) -> None:
         src = pages.blocks[group][index]
@@ -212,7 +199,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         self.swap.release(rid)
         if pages is not None:
             # Tail blocks first, so they are evicted before the shared prefix blocks.
-            self.pool.free(list(pages.held()))
+            self.pool.free(pages.held())
 
     def discard(self, request: Request) -> None:
         pages = self._pages.get(request.request_id)
@@ -229,7 +216,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         if pages is None or not self.swap.swap_out(request.request_id, pages):
             return False
         del self._pages[request.request_id]
-        self.pool.free(list(pages.held()))
+        self.pool.free(pages.held())
         return True
 
     def swap_in(self, request: Request, num_tokens: int) -> bool:

@@ -3,7 +3,7 @@ block hashes prefix caching keys full blocks by."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import cast
 
 from forge.core.request import Request
 from forge.kvcache.block_pool import Block
@@ -52,8 +52,17 @@ class Pages:
         self.offered[group] = offered
 
     def append(self, group: int, new: list[Block]) -> None:
-        self.blocks[group].extend(new)
-        self.tables[group].extend(b.block_id for b in new)
+        self.blocks[group] += new
+        self.tables[group] += [b.block_id for b in new]
+
+    def shared_groups(self, index: int) -> list[int]:
+        """The groups whose block ``index`` others hold too (a write there copies it first)."""
+        shared = []
+        for g, blocks in enumerate(self.blocks):
+            block = blocks[index] if index < len(blocks) else None
+            if block is not None and block.ref_cnt > 1:
+                shared.append(g)
+        return shared
 
     def replace(self, group: int, index: int, block: Block) -> None:
         """Block ``index`` of ``group`` is now ``block`` (a copy-on-write's copy)."""
@@ -87,10 +96,11 @@ class Pages:
                 self.skipped[g] = min(self.skipped[g], keep)
         return dropped
 
-    def held(self) -> Iterator[Block]:
-        """Every page it holds, each group's last first."""
-        for blocks in self.blocks:
-            yield from (b for b in reversed(blocks) if b is not None)
+    def held(self) -> list[Block]:
+        """Every page it holds, each group's last first (a group's blocks from ``skipped`` on are held)."""
+        if len(self.blocks) == 1:
+            return cast(list[Block], self.blocks[0][self.skipped[0] :][::-1])
+        return [cast(Block, b) for g, blocks in enumerate(self.blocks) for b in blocks[self.skipped[g] :][::-1]]
 
     def num_held(self) -> int:
-        return sum(b is not None for blocks in self.blocks for b in blocks)
+        return sum(len(blocks) - skipped for blocks, skipped in zip(self.blocks, self.skipped, strict=True))
