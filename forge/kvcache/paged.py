@@ -147,8 +147,8 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
                 if n:
                     pages.append(g, new[taken : taken + n])
                     taken += n
-        if self.enable_prefix_caching:
-            self._offer(request, pages, num_cacheable)
+        if self.enable_prefix_caching and num_cacheable // self.block_size > min(pages.offered):
+            self._offer(request, pages, num_cacheable)  # (some group has full blocks not offered yet)
         return True
 
     def decode_slot(self, request: Request) -> list[int] | None:
