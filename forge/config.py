@@ -25,6 +25,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from forge.core.config_types import type_problem
 from forge.kernels import kv_quant
+from forge.kvcache.context import CONTEXT_KEYS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling")
@@ -116,8 +117,8 @@ def _check_node(path: str, node: Any) -> None:
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
     for key in node:
         key = str(key)
-        if key.startswith("_"):
-            continue
+        if key.startswith("_") or (path == "kvcache" and key in CONTEXT_KEYS):
+            continue  # (a KV cache's pool sizes reach it in its KVCacheContext: _check_kvcache_sizes)
         if key not in sig.parameters and not accepts_any:
             known = [p for p in sig.parameters if p != "self"]
             raise ConfigError(f"{path}.{key}: not a setting of {node._target_} (it takes {known})")

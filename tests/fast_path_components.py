@@ -8,9 +8,11 @@ compare what the plain loop called with what the fast path called, without reach
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.presets import model_dims
 from forge.models.synthetic import SyntheticModel
@@ -90,17 +92,8 @@ class CountingPaged(PagedKVCache):
     """The paged cache with ``allocate_slots`` overridden: it counts, and refuses every 97th call
     (as a cache with its own admission rule might), which changes the schedule if skipped."""
 
-    def __init__(
-        self,
-        num_blocks: int,
-        block_size: int = 16,
-        enable_prefix_caching: bool = False,
-        hash_seed: int = 0,
-        num_cpu_blocks: int | None = 0,
-        free_outside_window: bool = True,
-        groups: object = None,
-    ) -> None:
-        super().__init__(num_blocks, block_size, enable_prefix_caching, hash_seed, num_cpu_blocks)
+    def __init__(self, ctx: KVCacheContext, **settings: Any) -> None:
+        super().__init__(ctx, **settings)
         self.calls = Calls()
 
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:

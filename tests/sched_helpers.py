@@ -6,6 +6,7 @@ from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.kvcache.base import KVCacheManager
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
@@ -35,7 +36,7 @@ def scheduler(
     max_model_len: int = 4096,
     preemption_mode: str = "recompute",
 ) -> Scheduler:
-    kv = kv if kv is not None else PagedKVCache(64, 4, enable_prefix_caching=True)
+    kv = kv if kv is not None else PagedKVCache(KVCacheContext(64, 4), enable_prefix_caching=True)
     limits = SchedulerLimits(max_num_seqs, budget, max_model_len, True, preemption_mode)
     return Scheduler(policy or FCFS(), kv, limits)
 

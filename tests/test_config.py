@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from forge.config import CONF_DIR, ConfigError, compose_config
+from forge.kvcache.context import KVCacheContext
 
 # Options that need something this machine may lack; each must fail with a clear message instead.
 NEEDS_EXTERNAL: dict[tuple[str, str], str] = {
@@ -65,12 +66,10 @@ def test_every_option_composes_and_instantiates(group: str, option: str) -> None
 
         assert build_engine(cfg).drafter is not None
         return
-    if group in ("kvcache",):
-        obj = (
-            instantiate(node, num_blocks=64, max_model_len=256)
-            if "max_model_len" in node
-            else instantiate(node, num_blocks=64)
-        )
+    if group == "kvcache":  # built from the engine's build context
+        from forge.engine.build import build_kvcache
+
+        obj = build_kvcache(cfg, KVCacheContext(64, node.block_size, max_model_len=256))
     else:
         try:
             obj = instantiate(node)

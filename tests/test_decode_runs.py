@@ -15,6 +15,7 @@ from forge.core.request import Request, RequestStatus
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.sched.running_decodes import RunningDecodes
 
@@ -131,7 +132,7 @@ def test_reserved_blocks_and_usage_are_those_of_step_by_step_decode_slots() -> N
     usage ``usage(running)`` reads after each step (rows freed after their last)."""
     computed = [(16, 1), (31, 3), (5, 2)]  # at a block boundary, one short of it, inside a block
     num_steps, finishing = [20, 33, 2], [True, False, True]
-    stepped, reserved = PagedKVCache(64, 16), PagedKVCache(64, 16)
+    stepped, reserved = PagedKVCache(KVCacheContext(64, 16)), PagedKVCache(KVCacheContext(64, 16))
     rows = [decoding(stepped, f"r{i}", c, o) for i, (c, o) in enumerate(computed)]
     twins = [decoding(reserved, f"r{i}", c, o) for i, (c, o) in enumerate(computed)]
     run = DecodeRun(
@@ -164,7 +165,7 @@ def test_reserved_blocks_and_usage_are_those_of_step_by_step_decode_slots() -> N
 
 
 def test_a_run_that_does_not_fit_the_free_blocks_is_refused() -> None:
-    kv = PagedKVCache(4, 4)
+    kv = PagedKVCache(KVCacheContext(4, 4))
     r = decoding(kv, "a", 12, 1)  # 3 blocks held, one free
     run = DecodeRun([r], [12], [2], [kv.block_table("a")], [4], [True])
     assert kv.decode_run_fits(run)
@@ -186,7 +187,7 @@ def test_truncation_keeps_the_rows_that_end_within_it() -> None:
 def test_running_decodes_extend_advance_and_refuse() -> None:
     """``RunningDecodes``: extended by the requests after its own (else read afresh), its finishing rows
     gone after a run, and None when a request is not a plain greedy decode."""
-    kv = PagedKVCache(64, 4)
+    kv = PagedKVCache(KVCacheContext(64, 4))
     a, b, c = (decoding(kv, rid, 9 + i, 2) for i, rid in enumerate("abc"))  # 98 tokens left each
     for r in (a, b, c):
         r.status = RequestStatus.RUNNING

@@ -1,4 +1,4 @@
-"""Sliding-window layers that free their KV blocks (the hybrid allocator, ``forge.kvcache.hybrid``):
+"""Sliding-window layers that free their KV blocks (the hybrid layout of ``forge.kvcache.paged``):
 the same greedy tokens as keeping every block, fewer blocks held, no leaks."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine
 from forge.engine.engine import Engine
-from forge.kvcache.hybrid import HybridKVCache
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.base import Model
 from tests.forward_helpers import greedy
@@ -41,7 +41,7 @@ def test_a_long_request_holds_full_layers_whole_and_windowed_layers_only_their_w
     """Gemma-3-270M's layout, a 2,048-token prompt then 64 decodes: after every step the pool's used
     pages are the full group's blocks plus, per windowed group, the blocks from the window's start."""
     bs, budget = 16, 256
-    kv = HybridKVCache(6 * 160, group_layers(GEMMA3_270M), bs)
+    kv = PagedKVCache(KVCacheContext(160, bs, group_layers(GEMMA3_270M)))  # 6 x 160 pages of 3 layers
     sched = scheduler(kv=kv, budget=budget, max_model_len=4096)
     sched.add_request(request("long", 2048, max_tokens=64))
     most = 0
@@ -92,7 +92,7 @@ def test_tiny_windowed_model_gives_the_same_greedy_tokens_with_and_without_freei
     common = ("engine.max_num_batched_tokens=16", "kvcache.num_blocks=36")
     kept = _engine(model, "kvcache.free_outside_window=false", *common)
     freed = _engine(model, *common)
-    assert isinstance(kept.scheduler.kv, PagedKVCache) and isinstance(freed.scheduler.kv, HybridKVCache)
+    assert kept.scheduler.kv.kv_groups is None and freed.scheduler.kv.kv_groups is not None  # classic vs hybrid
     assert _run(kept, PROMPTS, GREEDY) == want
     assert _run(freed, PROMPTS, GREEDY) == want
     assert kept.scheduler.num_preemptions > freed.scheduler.num_preemptions
@@ -144,7 +144,7 @@ def test_the_native_backends_read_each_groups_pages(backend: str) -> None:
     params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     kept = _engine(model, "kvcache.free_outside_window=false", *common)
     freed = _engine(model, *common)
-    assert isinstance(freed.scheduler.kv, HybridKVCache)
+    assert freed.scheduler.kv.kv_groups is not None
     assert _run(freed, PROMPTS[1:3], params) == _run(kept, PROMPTS[1:3], params)
 
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge.core.kv_groups import group_layers
-from forge.kvcache.hybrid import HybridKVCache
+from forge.kvcache.context import KVCacheContext
+from forge.kvcache.paged import PagedKVCache
 from forge.sched.scheduler import Scheduler
 from tests.sched_helpers import request, scheduler, step
 from tests.test_properties import SETTINGS, AbortOp, AddOp, StepOp, check_pool, op
@@ -17,7 +18,7 @@ from tests.test_properties import SETTINGS, AbortOp, AddOp, StepOp, check_pool, 
 LAYOUTS = [(None, 1, 1), (2,), (None, 3, 3, 5), (4, None, 4, 4, None, 4), (None, None, 6, 6)]
 
 
-def check_hybrid(kv: HybridKVCache, sched: Scheduler, budget: int) -> None:
+def check_hybrid(kv: PagedKVCache, sched: Scheduler, budget: int) -> None:
     holders: dict[int, int] = {}
     for pages in kv.holders().values():
         for page in pages:
@@ -49,7 +50,8 @@ def run_ops(
     budget: int,
 ) -> None:
     groups = group_layers(LAYOUTS[layout])
-    kv = HybridKVCache(num_blocks, groups, block_size, enable_prefix_caching=caching, num_cpu_blocks=num_blocks)
+    ctx = KVCacheContext(num_blocks, block_size, groups, num_pages=num_blocks)
+    kv = PagedKVCache(ctx, enable_prefix_caching=caching, num_cpu_blocks=num_blocks)
     sched = scheduler(kv=kv, preemption_mode=mode, budget=budget, max_num_seqs=6, max_model_len=64)
     ids: list[str] = []
     for o in ops:

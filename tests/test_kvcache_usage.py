@@ -9,6 +9,7 @@ import pytest
 from forge import LLM, SamplingParams
 from forge.core.request import Request
 from forge.kvcache.base import KVCacheManager, KVUsage
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.naive import NaiveKVCache
 from forge.kvcache.paged import PagedKVCache
 from tests.sched_helpers import request
@@ -20,7 +21,7 @@ def place(kv: KVCacheManager, r: Request, computed: int) -> None:
 
 
 def test_naive_max_reserves_max_model_len_and_first_fit_fragments() -> None:
-    kv = NaiveKVCache(num_blocks=20, max_model_len=32, block_size=4, reservation="max")
+    kv = NaiveKVCache(KVCacheContext(20, 4, max_model_len=32), reservation="max")
     a = request("a", 5, max_tokens=9, expected_output_len=3)  # true final 8 tokens
     b = request("b", 6, max_tokens=9, expected_output_len=10)  # true final 16
     place(kv, a, 5)
@@ -52,11 +53,11 @@ def test_naive_max_reserves_max_model_len_and_first_fit_fragments() -> None:
 
 
 def test_naive_pow2_and_oracle() -> None:
-    kv = NaiveKVCache(num_blocks=16, max_model_len=64, block_size=4, reservation="pow2")
+    kv = NaiveKVCache(KVCacheContext(16, 4, max_model_len=64), reservation="pow2")
     a = request("a", 5, max_tokens=6)  # final 11 -> 16 slots = 4 blocks
     place(kv, a, 5)
     assert kv.usage([a]) == KVUsage(64, 5, 6, 5, 0, 48)
-    kv = NaiveKVCache(num_blocks=16, max_model_len=64, block_size=4, reservation="oracle")
+    kv = NaiveKVCache(KVCacheContext(16, 4, max_model_len=64), reservation="oracle")
     a = request("a", 5, max_tokens=9, expected_output_len=6)  # final 11 -> 3 blocks (12 slots)
     place(kv, a, 5)
     assert kv.usage([a]) == KVUsage(64, 5, 6, 1, 0, 52)
@@ -66,7 +67,7 @@ def test_naive_pow2_and_oracle() -> None:
 
 
 def test_paged_counts_the_last_block_tail_as_internal_fragmentation() -> None:
-    kv = PagedKVCache(10, 4)
+    kv = PagedKVCache(KVCacheContext(10, 4))
     a, b = request("a", 10), request("b", 4)
     place(kv, a, 10)  # 3 blocks: 10 tokens + 2 empty slots
     place(kv, b, 4)  # 1 full block
@@ -74,7 +75,7 @@ def test_paged_counts_the_last_block_tail_as_internal_fragmentation() -> None:
 
 
 def test_paged_counts_shared_blocks_once() -> None:
-    kv = PagedKVCache(10, 4)
+    kv = PagedKVCache(KVCacheContext(10, 4))
     parent, child = request("p", 10), request("c", 10)
     place(kv, parent, 10)
     assert kv.fork(parent, child, 9)

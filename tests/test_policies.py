@@ -3,6 +3,7 @@ the policy (with the real engine) is tests/test_conformance.py's, for every conf
 
 from __future__ import annotations
 
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.base import Policy
 from forge.policies.decode_first import DecodeFirst
@@ -88,7 +89,7 @@ def test_sarathi_caps_each_step_at_its_chunk() -> None:
 
 
 def test_lpm_serves_the_longest_cached_prefix_first() -> None:
-    kv = PagedKVCache(64, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(64, 4), enable_prefix_caching=True)
     sched = scheduler(kv=kv, policy=LPM(), max_num_seqs=1)
     sched.add_request(request("warm", list(range(100, 120)), max_tokens=1))
     drain(sched)
@@ -97,14 +98,14 @@ def test_lpm_serves_the_longest_cached_prefix_first() -> None:
     sched.add_request(request("hot", [*range(100, 116), 9, 9, 9], max_tokens=1, arrival=3.0))
     assert admitted_order(sched, 3) == ["hot", "half", "cold"]
     # Without prefix caching it is FCFS.
-    sched = scheduler(kv=PagedKVCache(64, 4), policy=LPM(), max_num_seqs=1)
+    sched = scheduler(kv=PagedKVCache(KVCacheContext(64, 4)), policy=LPM(), max_num_seqs=1)
     for rid, t in (("cold", 1.0), ("half", 2.0), ("hot", 3.0)):
         sched.add_request(request(rid, 12, max_tokens=1, arrival=t))
     assert admitted_order(sched, 3) == ["cold", "half", "hot"]
 
 
 def test_lpm_falls_back_to_fcfs_on_long_queues() -> None:
-    kv = PagedKVCache(64, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(64, 4), enable_prefix_caching=True)
     sched = scheduler(kv=kv, policy=LPM(max_queue=1), max_num_seqs=1)
     sched.add_request(request("warm", list(range(100, 120)), max_tokens=1))
     drain(sched)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.base import Policy
 from forge.policies.vllm_v0 import VllmV0
@@ -15,7 +16,7 @@ def v0_scheduler(policy: Policy, num_blocks: int = 64, budget: int = 64) -> Sche
     limits = SchedulerLimits(
         max_num_seqs=8, max_num_batched_tokens=budget, max_model_len=256, enable_chunked_prefill=False
     )
-    return Scheduler(policy, PagedKVCache(num_blocks, 4), limits)
+    return Scheduler(policy, PagedKVCache(KVCacheContext(num_blocks, 4)), limits)
 
 
 def test_a_step_is_prefill_only_or_decode_only() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from forge import LLM, SamplingParams
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from tests.sched_helpers import request, scheduler, step
 
@@ -46,7 +47,7 @@ def test_storm_at_ten_percent_of_demand(model: str) -> None:
 
 
 def test_swap_keeps_computed_tokens_and_emits_copies() -> None:
-    kv = PagedKVCache(6, 4, num_cpu_blocks=16)
+    kv = PagedKVCache(KVCacheContext(6, 4), num_cpu_blocks=16)
     sched = scheduler(kv=kv, preemption_mode="swap", budget=64)
     a, b = request("a", list(range(1, 9)), max_tokens=8), request("b", list(range(21, 29)), max_tokens=8)
     sched.add_request(a)
@@ -70,7 +71,7 @@ def test_swap_keeps_computed_tokens_and_emits_copies() -> None:
 
 
 def test_swap_falls_back_to_recompute_without_cpu_space() -> None:
-    kv = PagedKVCache(6, 4, num_cpu_blocks=0)
+    kv = PagedKVCache(KVCacheContext(6, 4), num_cpu_blocks=0)
     sched = scheduler(kv=kv, preemption_mode="swap")
     for rid in "ab":
         sched.add_request(request(rid, 8, max_tokens=8))
@@ -83,7 +84,7 @@ def test_swap_falls_back_to_recompute_without_cpu_space() -> None:
 
 
 def test_abort_a_swapped_request_frees_its_cpu_blocks() -> None:
-    kv = PagedKVCache(6, 4, num_cpu_blocks=16)
+    kv = PagedKVCache(KVCacheContext(6, 4), num_cpu_blocks=16)
     sched = scheduler(kv=kv, preemption_mode="swap")
     for rid in "ab":
         sched.add_request(request(rid, 8, max_tokens=8))

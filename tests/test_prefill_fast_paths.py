@@ -16,6 +16,7 @@ from forge.core.outputs import ScheduledRequest, SchedulerOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.kvcache.block_pool import BlockPool
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.tokenizers.base import ByteTokenizer, Tokenizer
@@ -121,7 +122,7 @@ def test_first_allocation_without_caching_takes_the_blocks_the_general_path_take
     the free blocks and the answer of the general path (a cache with prefix caching, whose distinct random
     prompts never hit), through first chunks, later chunks, refusals (too few free blocks) and frees."""
     rng = random.Random(5)
-    caches = [PagedKVCache(40, 4, enable_prefix_caching=caching) for caching in (False, True)]
+    caches = [PagedKVCache(KVCacheContext(40, 4), enable_prefix_caching=caching) for caching in (False, True)]
     held: list[Request] = []
     for i in range(300):
         if held and rng.random() < 0.35:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from forge.core.request import Request
-from forge.kvcache.paged import PagedKVCache, chain_hash
+from forge.kvcache.context import KVCacheContext
+from forge.kvcache.paged import PagedKVCache
+from forge.kvcache.pages import chain_hash
 from tests.sched_helpers import request
 
 
@@ -30,7 +32,7 @@ def ref_counts_match_holders(kv: PagedKVCache) -> None:
 
 
 def test_shared_prefix_hits_whole_blocks_and_counts() -> None:
-    kv = PagedKVCache(32, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(32, 4), enable_prefix_caching=True)
     a = request("a", list(range(1, 15)))  # 14 tokens: 3 full blocks + 2
     assert admit(kv, a) == 0
     b = request("b", [*range(1, 11), 99, 98, 97])  # shares 10 tokens: 2 full blocks
@@ -44,13 +46,13 @@ def test_shared_prefix_hits_whole_blocks_and_counts() -> None:
 
 
 def test_full_match_leaves_one_token_to_compute() -> None:
-    kv = PagedKVCache(32, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(32, 4), enable_prefix_caching=True)
     admit(kv, request("a", list(range(1, 9))))
     assert kv.match_prefix(request("b", list(range(1, 9)))) == 4  # not 8: the last token needs logits
 
 
 def test_cached_block_reused_after_owner_finished() -> None:
-    kv = PagedKVCache(8, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(8, 4), enable_prefix_caching=True)
     a = request("a", list(range(1, 10)))
     admit(kv, a)
     first = kv.block_table("a")[:2]
@@ -65,7 +67,7 @@ def test_cached_block_reused_after_owner_finished() -> None:
 
 
 def test_eviction_is_lru_and_tail_blocks_go_first() -> None:
-    kv = PagedKVCache(6, 2, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(6, 2), enable_prefix_caching=True)
     a, b = request("a", [1, 2, 3, 4, 5]), request("b", [11, 12, 13, 14, 15])
     admit(kv, a)  # 3 blocks: [1,2] [3,4] [5]
     admit(kv, b)
@@ -91,25 +93,28 @@ def test_eviction_is_lru_and_tail_blocks_go_first() -> None:
 def test_hash_is_chained_and_seeded() -> None:
     assert chain_hash(0, (1, 2)) == chain_hash(0, (1, 2))
     assert chain_hash(0, (1, 2)) != chain_hash(1, (1, 2))
-    k0, k1 = PagedKVCache(8, 2, True, hash_seed=0), PagedKVCache(8, 2, True, hash_seed=1)
+    k0, k1 = (
+        PagedKVCache(KVCacheContext(8, 2), True, hash_seed=0),
+        PagedKVCache(KVCacheContext(8, 2), True, hash_seed=1),
+    )
     for kv in (k0, k1):
         admit(kv, request("a", [1, 2, 3, 4, 5]))
     assert set(k0.pool.cached) != set(k1.pool.cached)
     # Same block tokens under a different parent do not hit.
-    kv = PagedKVCache(16, 2, True)
+    kv = PagedKVCache(KVCacheContext(16, 2), True)
     admit(kv, request("a", [1, 2, 3, 4, 5]))
     assert kv.cached_prefix_len(request("b", [9, 9, 3, 4, 5])) == 0
 
 
 def test_no_caching_means_no_hits_and_no_hashes() -> None:
-    kv = PagedKVCache(16, 2, enable_prefix_caching=False)
+    kv = PagedKVCache(KVCacheContext(16, 2), enable_prefix_caching=False)
     admit(kv, request("a", [1, 2, 3, 4, 5]))
     assert kv.match_prefix(request("b", [1, 2, 3, 4, 5])) == 0
     assert kv.pool.cached == {}
 
 
 def test_fork_shares_blocks_and_copies_on_first_write() -> None:
-    kv = PagedKVCache(16, 4, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(16, 4), enable_prefix_caching=True)
     parent = request("p", list(range(1, 11)))  # 10 tokens: blocks [0..3] [4..7] [8, 9]
     admit(kv, parent)
     child = request("c", list(range(1, 11)))
@@ -137,7 +142,7 @@ def test_fork_shares_blocks_and_copies_on_first_write() -> None:
 
 
 def test_cow_fails_cleanly_when_pool_is_full() -> None:
-    kv = PagedKVCache(3, 4, enable_prefix_caching=False)
+    kv = PagedKVCache(KVCacheContext(3, 4), enable_prefix_caching=False)
     parent = request("p", list(range(1, 11)))
     admit(kv, parent)
     child = request("c", list(range(1, 11)))
@@ -150,7 +155,7 @@ def test_cow_fails_cleanly_when_pool_is_full() -> None:
 
 
 def test_swap_out_and_in_round_trip() -> None:
-    kv = PagedKVCache(8, 4, enable_prefix_caching=True, num_cpu_blocks=4)
+    kv = PagedKVCache(KVCacheContext(8, 4), enable_prefix_caching=True, num_cpu_blocks=4)
     r = request("r", list(range(1, 11)))
     admit(kv, r)
     gpu = kv.block_table("r")
@@ -170,7 +175,7 @@ def test_swap_out_and_in_round_trip() -> None:
 
 
 def test_swap_out_refused_when_cpu_pool_is_small() -> None:
-    kv = PagedKVCache(8, 4, num_cpu_blocks=2)
+    kv = PagedKVCache(KVCacheContext(8, 4), num_cpu_blocks=2)
     r = request("r", list(range(1, 11)))
     admit(kv, r)
     assert not kv.swap_out(r)
@@ -178,7 +183,7 @@ def test_swap_out_refused_when_cpu_pool_is_small() -> None:
 
 
 def test_cpu_blocks_freed_by_swap_in_not_reused_in_the_same_step() -> None:
-    kv = PagedKVCache(8, 4, num_cpu_blocks=3)
+    kv = PagedKVCache(KVCacheContext(8, 4), num_cpu_blocks=3)
     a, b = request("a", list(range(1, 11))), request("b", list(range(21, 31)))
     admit(kv, a)
     assert kv.swap_out(a)

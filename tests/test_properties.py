@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forge.kvcache.block_pool import BlockPool
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.sched.scheduler import Scheduler
 from tests.sched_helpers import request, scheduler, step
@@ -63,7 +64,7 @@ op: st.SearchStrategy[AddOp | StepOp | AbortOp] = st.one_of(
 def run_ops(
     ops: list[AddOp | StepOp | AbortOp], num_blocks: int, block_size: int, caching: bool, mode: str, budget: int
 ) -> None:
-    kv = PagedKVCache(num_blocks, block_size, enable_prefix_caching=caching, num_cpu_blocks=num_blocks)
+    kv = PagedKVCache(KVCacheContext(num_blocks, block_size), enable_prefix_caching=caching, num_cpu_blocks=num_blocks)
     sched = scheduler(kv=kv, preemption_mode=mode, budget=budget, max_num_seqs=6, max_model_len=64)
     ids: list[str] = []
     for o in ops:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from forge.core.outputs import ModelOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.base import Policy
 from forge.policies.fcfs import FCFS
@@ -32,7 +33,9 @@ def step(s: Scheduler, token: int = 7) -> tuple[list[str], list[int]]:
 
 
 def make(num_blocks: int = 64, budget: int = 32, max_seqs: int = 8, policy: Policy | None = None) -> Scheduler:
-    return Scheduler(policy or FCFS(), PagedKVCache(num_blocks, block_size=4), SchedulerLimits(max_seqs, budget, 512))
+    return Scheduler(
+        policy or FCFS(), PagedKVCache(KVCacheContext(num_blocks, 4)), SchedulerLimits(max_seqs, budget, 512)
+    )
 
 
 def test_long_prompt_is_chunked_and_mixed_with_decodes() -> None:
@@ -73,7 +76,7 @@ def test_eos_stops_unless_ignored() -> None:
 
 def test_preemption_picks_the_policy_victim_and_recomputes() -> None:
     # 6 blocks of 4 tokens: two requests of 8 prompt tokens fill 4 blocks; growth forces preemption.
-    s = Scheduler(PriorityPolicy(), PagedKVCache(6, block_size=4), SchedulerLimits(8, 64, 512))
+    s = Scheduler(PriorityPolicy(), PagedKVCache(KVCacheContext(6, 4)), SchedulerLimits(8, 64, 512))
     s.add_request(req("important", 8, max_tokens=12, priority=0))
     s.add_request(req("casual", 8, max_tokens=12, priority=5, arrival=0.0))
     for _ in range(6):

@@ -23,6 +23,7 @@ from forge.engine.sim_runner import SimulationRunner
 from forge.kernels.batch import build_forward_batch
 from forge.kernels.torch_backend import TorchBackend
 from forge.kvcache.base import KVCacheManager, KVUsage
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.synthetic import SyntheticModel
 from forge.results.metrics import percentiles
@@ -202,7 +203,7 @@ def test_random_prompt_tokens_are_the_token_by_token_draws() -> None:
 def test_paged_decode_slot_is_allocate_slots_then_block_table(prefix_caching: bool) -> None:
     """``PagedKVCache.decode_slot`` (no allocation call inside a block it holds alone) does what the
     contract's definition does, across block boundaries, copy-on-write after a fork and a full pool."""
-    caches = [PagedKVCache(9, 4, enable_prefix_caching=prefix_caching) for _ in range(2)]
+    caches = [PagedKVCache(KVCacheContext(9, 4), enable_prefix_caching=prefix_caching) for _ in range(2)]
     slots = [caches[0].decode_slot, lambda r: KVCacheManager.decode_slot(caches[1], r)]
     parents = [Request("p", list(range(1, 7)), SamplingParams(max_tokens=64)) for _ in caches]
     children = [Request("c", list(range(1, 7)), SamplingParams(max_tokens=64)) for _ in caches]

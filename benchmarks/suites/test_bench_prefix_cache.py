@@ -9,6 +9,7 @@ from typing import Any
 from forge.core.outputs import ModelOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.fcfs import FCFS
 from forge.sched.scheduler import Scheduler, SchedulerLimits
@@ -18,7 +19,7 @@ NUM_SEQS, PROMPT, BLOCK = 256, 256, 16
 
 def decoding_scheduler(policy: Any = None) -> Scheduler:
     """256 requests past their prompts (half of each prompt a shared system prompt), all decoding."""
-    kv = PagedKVCache(num_blocks=NUM_SEQS * 1024, block_size=BLOCK, enable_prefix_caching=True)
+    kv = PagedKVCache(KVCacheContext(NUM_SEQS * 1024, BLOCK), enable_prefix_caching=True)
     limits = SchedulerLimits(max_num_seqs=NUM_SEQS, max_num_batched_tokens=8192, max_model_len=1 << 14)
     sched = Scheduler(policy or FCFS(), kv, limits)
     params = SamplingParams(max_tokens=1 << 14, temperature=0.0, ignore_eos=True)

@@ -14,6 +14,7 @@ import pytest
 from forge.core.outputs import ModelOutput
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.naive import NaiveKVCache
 from forge.kvcache.paged import PagedKVCache
 from forge.policies.fcfs import FCFS
@@ -25,7 +26,11 @@ ROUNDS = 500
 
 def decoding_scheduler(num_requests: int, num_blocks: int, kv: str = "paged") -> Scheduler:
     """``num_requests`` requests with 128-token prompts, already prefilled and decoding."""
-    cache: Any = PagedKVCache(num_blocks, 16) if kv == "paged" else NaiveKVCache(num_blocks, 2048, 16, "oracle")
+    cache: Any = (
+        PagedKVCache(KVCacheContext(num_blocks, 16))
+        if kv == "paged"
+        else NaiveKVCache(KVCacheContext(num_blocks, 16, max_model_len=2048), "oracle")
+    )
     s = Scheduler(FCFS(), cache, SchedulerLimits(num_requests, 1 << 20, 4096))
     for i in range(num_requests):
         s.add_request(Request(f"r{i}", [i % 250 + 1] * 128, SamplingParams(max_tokens=1 << 20, temperature=0)))
@@ -54,7 +59,7 @@ def test_decode_step_naive(benchmark: Any) -> None:
 
 
 def test_block_allocate_free(benchmark: Any) -> None:
-    cache = PagedKVCache(8192, 16)
+    cache = PagedKVCache(KVCacheContext(8192, 16))
     reqs = [Request(f"r{i}", [1] * 500, SamplingParams(max_tokens=1)) for i in range(64)]
 
     def churn() -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+MAX_CAPACITY = 2**40  # token_capacity's answer when only windowed groups (whose pages are bounded) exist
+
 
 @dataclass(frozen=True)
 class KVCacheGroups:
@@ -61,6 +63,18 @@ class KVCacheGroups:
         n = -(-num_tokens // block_size)
         ring = [n if w is None else min(n, -(-(w - 1 + max_chunk) // block_size) + 1) for w in self.windows]
         return sum(ring)
+
+    def token_capacity(self, num_pages: int, block_size: int, max_chunk: int) -> int:
+        """The most tokens one request can hold in ``num_pages`` pages computed in chunks of at most
+        ``max_chunk`` (a binary search over ``pages_held``; only windowed groups: ``MAX_CAPACITY``)."""
+        lo, hi = 0, MAX_CAPACITY
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.pages_held(mid, block_size, max_chunk) <= num_pages:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
 
 def group_layers(windows: Sequence[int | None]) -> KVCacheGroups:

@@ -21,6 +21,7 @@ from forge.engine.sim_runner import HostModel, SimulationRunner
 from forge.kernels.base import KernelBackend, KVSpec
 from forge.kernels.kv_quant import is_quantized_name, kv_cache_dtype
 from forge.kvcache.base import KVCacheManager
+from forge.kvcache.context import CONTEXT_KEYS, KVCacheContext
 from forge.models.base import Model, ModelDims
 from forge.policies.base import Policy
 from forge.sched.scheduler import Scheduler, SchedulerLimits
@@ -88,33 +89,42 @@ def simulated_dims(cfg: DictConfig, model: Model) -> ModelDims:
     return dataclasses.replace(model.dims, kv_quantized=quantized) if quantized else model.dims
 
 
-def build_kvcache(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int) -> KVCacheManager:
-    """The KV manager ``cfg.kvcache`` describes, its pool sized for ``kv_spec`` when ``num_blocks=auto``."""
-    kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
-    block_size = kv_cfg.get("block_size", 16)
+def kv_context(cfg: DictConfig, model: Model, kv_spec: KVSpec, clock: Clock, max_model_len: int) -> KVCacheContext:
+    """What the KV cache is built from: the pool ``kvcache.block_size`` / ``num_blocks`` describe (sized
+    for ``kv_spec`` when ``auto``), the model's layers grouped by window and the engine's limits."""
+    block_size = cfg.kvcache.get("block_size", 16)
     if not isinstance(block_size, int) or block_size < 1:
         raise ConfigError(f"kvcache.block_size must be an integer >= 1, got {block_size!r}")
-    num_blocks = kv_cfg.pop("num_blocks", "auto")
-    extra: dict[str, Any] = {}
-    groups = None
-    if "free_outside_window" in kv_cfg:  # kvcache=paged: the hybrid allocator for windowed layers
-        grouped = group_layers(model.layer_windows())
-        groups = grouped if kv_cfg["free_outside_window"] and grouped.is_hybrid else None
-        extra["groups"] = groups
+    groups = group_layers(model.layer_windows())
+    num_blocks = cfg.kvcache.get("num_blocks", "auto")
+    num_pages = None  # (kvcache.num_blocks counts blocks of every layer: as many pages of that memory)
     if num_blocks == "auto":
-        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model, groups)
-    elif groups is not None:  # kvcache.num_blocks counts blocks of every layer: as many pages of that memory
-        num_blocks = groups.pages_for(num_blocks)
-    if "max_model_len" in kv_cfg and kv_cfg["max_model_len"] == "auto":
-        kv_cfg["max_model_len"] = max_model_len
-    if "num_cpu_blocks" in kv_cfg and kv_cfg["num_cpu_blocks"] is None:  # swap space as large as the GPU pool
-        kv_cfg["num_cpu_blocks"] = num_blocks if cfg.engine.preemption_mode == "swap" else 0
-    if not extra:
-        kv: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks)
-        return kv
-    # (Hydra would turn a dataclass argument into a DictConfig: pass the groups to the partial)
-    built: KVCacheManager = make("kvcache", kv_cfg, num_blocks=num_blocks, _partial_=True)(**extra)
-    return built
+        num_blocks = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model)
+        if groups.is_hybrid:
+            num_pages = auto_num_blocks(cfg, kv_spec, block_size, clock, max_model_len, model, groups)
+    return KVCacheContext(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        groups=groups,
+        num_pages=num_pages,
+        max_model_len=max_model_len,
+        preemption_mode=cfg.engine.preemption_mode,
+        dtype=str(kv_spec.dtype).removeprefix("torch."),
+    )
+
+
+def build_kvcache(cfg: DictConfig, ctx: KVCacheContext) -> KVCacheManager:
+    """The KV manager ``cfg.kvcache`` names: its ``_target_`` called with ``ctx`` and the YAML's own
+    settings (every key but ``CONTEXT_KEYS``, which ``ctx`` holds)."""
+    kv_cfg: dict[str, Any] = OmegaConf.to_container(cfg.kvcache, resolve=True)  # type: ignore[assignment]
+    settings = {k: v for k, v in kv_cfg.items() if k not in CONTEXT_KEYS}
+    # (Hydra would turn a dataclass argument into a DictConfig: the context goes to the partial)
+    factory = make("kvcache", settings, _partial_=True)
+    try:
+        kv: KVCacheManager = factory(ctx)
+    except ValueError as err:
+        raise ConfigError(f"kvcache: {err}") from err
+    return kv
 
 
 def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
@@ -136,7 +146,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     dims = simulated_dims(cfg, model)
     clock.bind(dims)
     kv_spec = kv_spec_for(cfg, model)
-    kv = build_kvcache(cfg, model, kv_spec, clock, max_model_len)
+    kv = build_kvcache(cfg, kv_context(cfg, model, kv_spec, clock, max_model_len))
     policy: Policy = make("scheduler", cfg.scheduler)
     limits = SchedulerLimits(
         max_num_seqs=cfg.engine.max_num_seqs,

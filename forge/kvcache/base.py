@@ -51,6 +51,14 @@ NO_BLOCK_OPS = BlockOps([], [], [])
 class KVCacheManager(ABC):
     """Maps each request to a block table over a pool of ``num_blocks`` x ``block_size`` slots.
 
+    Building: a ``conf/kvcache/<name>.yaml`` names the class (or a factory) as ``_target_``; the engine
+    calls it with a ``KVCacheContext`` (``forge.kvcache.context``: the pool the YAML's ``block_size`` and
+    ``num_blocks`` describe, the model's layer groups, ``max_model_len``, the preemption mode, the KV
+    dtype) as its first argument and the YAML's other keys as keyword arguments. The instance sets
+    ``num_blocks`` and ``block_size`` (and ``num_cpu_blocks``, ``kv_groups`` if it swaps or lays pages
+    out by group): the runner allocates the KV tensors its tables index from them. ``docs/kvcache.md``
+    walks through one.
+
     - ``match_prefix(req)`` (fresh requests only) acquires cached blocks for a prefix of
       the prompt and returns how many tokens they hold (a multiple of ``block_size``, less
       than ``req.num_tokens``); managers without prefix caching return 0.

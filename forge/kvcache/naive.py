@@ -7,6 +7,7 @@ from typing import Literal
 
 from forge.core.request import Request
 from forge.kvcache.base import KVCacheManager, KVUsage
+from forge.kvcache.context import KVCacheContext
 
 Reservation = Literal["max", "pow2", "oracle"]
 
@@ -14,7 +15,7 @@ Reservation = Literal["max", "pow2", "oracle"]
 class NaiveKVCache(KVCacheManager):
     """Each request reserves, on admission, a contiguous run of blocks sized by ``reservation``:
 
-    - ``max``: ``max_model_len`` tokens (what Orca must do without knowing output lengths);
+    - ``max``: ``ctx.max_model_len`` tokens (what Orca must do without knowing output lengths);
     - ``pow2``: the next power of two of prompt + true output length;
     - ``oracle``: exactly prompt + true output length.
 
@@ -26,22 +27,12 @@ class NaiveKVCache(KVCacheManager):
 
     fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
 
-    def __init__(
-        self,
-        num_blocks: int,
-        max_model_len: int,
-        block_size: int = 1,
-        reservation: Reservation = "max",
-    ) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"kvcache.num_blocks must be >= 1, got {num_blocks}")
-        if block_size < 1:
-            raise ValueError(f"kvcache.block_size must be >= 1, got {block_size}")
+    def __init__(self, ctx: KVCacheContext, reservation: Reservation = "max") -> None:
         if reservation not in ("max", "pow2", "oracle"):
             raise ValueError(f"kvcache.reservation must be max, pow2 or oracle, got {reservation!r}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.max_model_len = max_model_len
+        num_blocks = self.num_blocks = ctx.num_blocks
+        self.block_size = ctx.block_size
+        self.max_model_len = ctx.max_model_len
         self.reservation = reservation
         self._free: list[tuple[int, int]] = [(0, num_blocks)]  # sorted (start, length) extents
         self._runs: dict[str, tuple[int, int]] = {}

@@ -1,4 +1,4 @@
-"""Prefix-cache hits over KV cache groups (``HybridKVCache.match_prefix``, as vLLM's hybrid
+"""Prefix-cache hits over KV cache groups (``PagedKVCache.match_prefix``, as vLLM's hybrid
 coordinator finds them): a full-attention group needs every block of the prefix, a windowed group only
 the blocks its window reads from the prefix's end; the hit is the longest prefix every group has."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forge.kvcache.block_pool import BlockPool
+from forge.kvcache.block_pool import Block, BlockPool
 
 
 def group_key(group: int, block_hash: int) -> int:
@@ -51,3 +51,18 @@ def longest_hit(pool: BlockPool, windows: Sequence[int | None], block_size: int,
         if m == n:
             return n
         n = m
+
+
+def acquire_hit(
+    pool: BlockPool, group: int, window: int | None, block_size: int, hashes: list[int]
+) -> list[Block | None]:
+    """``group``'s blocks of a hit on every block of ``hashes`` (``longest_hit``'s), each acquired: the
+    blocks a query after the hit reads, None before them (a windowed group's, outside its window)."""
+    first = first_needed_block(window, len(hashes) * block_size, block_size)
+    blocks: list[Block | None] = [None] * first
+    for i in range(first, len(hashes)):
+        block = pool.lookup(group_key(group, hashes[i]))
+        assert block is not None
+        pool.acquire(block)
+        blocks.append(block)
+    return blocks

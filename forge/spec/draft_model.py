@@ -11,6 +11,7 @@ from forge.core.outputs import ScheduledRequest, SchedulerOutput
 from forge.core.request import Request
 from forge.kernels.base import KernelBackend, KVLayer
 from forge.kernels.batch import build_forward_batch
+from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.base import Model
 from forge.models.llama import Llama, LlamaConfig, random_state_dict, tiny_config
@@ -70,7 +71,7 @@ class DraftModelDrafter(Drafter):
         self.backend = backend
         self.num_speculative_tokens = num_speculative_tokens
         self.seed = seed
-        self.kv = PagedKVCache(num_blocks, block_size)
+        self.kv = PagedKVCache(KVCacheContext(num_blocks, block_size))
         self.kv_caches: list[KVLayer] = backend.allocate_kv_cache(model.kv_spec, num_blocks, block_size)
         self._tracked: dict[str, _Tracked] = {}
 
