@@ -85,14 +85,22 @@ def large_logit_case(dtype: torch.dtype, device: str, block_size: int = 16):
     return query, k_cache, v_cache, meta
 
 
+def check_large_logits(dev: Device, dtype: torch.dtype) -> None:
+    check_attention(dev, dtype, *large_logit_case(dtype, dev.name))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_with_logits_in_the_hundreds(dev: Device, dtype: torch.dtype) -> None:
-    check_attention(dev, dtype, *large_logit_case(dtype, dev.name))
+    check_large_logits(dev, dtype)
 
 
 # -- argmax ties inside one thread ------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_argmax_ties_inside_one_threads_range(dev: Device, dtype: torch.dtype) -> None:
+    check_argmax_ties(dev, dtype)
+
+
+def check_argmax_ties(dev: Device, dtype: torch.dtype) -> None:
     """vocab 5000 runs 1024 threads, so indices i, i + 1024, i + 2048 are one thread's."""
     vocab = 5000
     logits = torch.randn(6, vocab).to(dtype)
@@ -120,6 +128,10 @@ def test_argmax_in_a_partial_warp(dev: Device, vocab: int) -> None:
 # -- partial last blocks ------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul_partial_last_block(dev: Device, dtype: torch.dtype) -> None:
+    check_silu_mul_tail(dev, dtype)
+
+
+def check_silu_mul_tail(dev: Device, dtype: torch.dtype) -> None:
     tokens, inter = 3, 300  # 900 elements: 3 blocks of 256 and 132 in the last
     gate_up = 3 * torch.randn(tokens, 2 * inter, dtype=dtype)
     buf, out = tail_checked((tokens, inter), dtype, spare=300)  # the last block reaches 124 past the end
@@ -167,6 +179,11 @@ def test_rope_partial_block(dev: Device, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cache_write_partial_block(dev: Device, dtype: torch.dtype) -> None:
+    check_cache_write_tail(dev, dtype)
+
+
+def check_cache_write_tail(dev: Device, dtype: torch.dtype) -> None:
+    """Rows of 60 elements (64 threads), the cache's last slot, and slot -1 (graph padding: skipped)."""
     num_blocks, block_size, kv_heads, head_dim, tokens = 4, 8, 3, 20, 9  # rows of 60: 64 threads
     key = torch.randn(tokens, kv_heads, head_dim, dtype=dtype)
     value = torch.randn(tokens, kv_heads, head_dim, dtype=dtype)
@@ -236,11 +253,15 @@ def lazy_cache(num_blocks: int, block_size: int, kv_heads: int, dtype: torch.dty
 
 
 def test_kv_cache_over_2_to_the_31_elements(dev: Device) -> None:
+    if dev.name != "cpu":
+        pytest.skip("the 8 GiB cache is mapped lazily on the CPU only")
+    check_cache_over_2_to_the_31(dev)
+
+
+def check_cache_over_2_to_the_31(dev: Device) -> None:
     """Blocks at the top of a cache of 2^31 + 2^14 elements per layer (4 GiB of fp16): the write
     kernel puts a decode and a prefill request's context there and both attention kernels read it
     back; offsets computed in int32 wrap and miss. The oracle sees the same blocks compacted."""
-    if dev.name != "cpu":
-        pytest.skip("the 8 GiB cache is mapped lazily on the CPU only")
     dtype, block_size, kv_heads = torch.float16, 16, 2
     num_blocks = 2**20 + 8
     assert num_blocks * block_size * kv_heads * HEAD_DIM > 2**31
