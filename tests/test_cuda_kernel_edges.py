@@ -159,6 +159,10 @@ def test_norms_partial_warp(dev: Device, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_partial_block(dev: Device, dtype: torch.dtype) -> None:
+    check_rope_tail(dev, dtype)
+
+
+def check_rope_tail(dev: Device, dtype: torch.dtype) -> None:
     from forge.models.decoder import rope_cos_sin
     from forge.models.llama import LlamaConfig
 
@@ -203,6 +207,10 @@ def check_cache_write_tail(dev: Device, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("kind", ["q8_0", full("q4_k")])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dequant_and_gemv_partial_last_block(dev: Device, kind: str, dtype: torch.dtype) -> None:
+    check_quant_tail(dev, kind, dtype)
+
+
+def check_quant_tail(dev: Device, kind: str, dtype: torch.dtype) -> None:
     """q8_0 37 x 64 = 2368 weights: 9 blocks of 256 and 64 in the last; q4_k totals are multiples
     of 256, so its partial unit is the GEMV's last block (5 features over 4 warps)."""
     from forge.kernels.cuda.quant import dequantize_reference, dequantize_rows, quantize_q8_0, random_q4_k

@@ -26,6 +26,8 @@ from tests.test_cuda_kernel_edges import (
     check_cache_over_2_to_the_31,
     check_cache_write_tail,
     check_large_logits,
+    check_quant_tail,
+    check_rope_tail,
     check_silu_mul_tail,
 )
 from tests.test_cuda_kernels import (
@@ -180,6 +182,26 @@ NEW_MUTATIONS = [
         "idx < (long long)gridDim.x * blockDim.x;",
         fp32(check_silu_mul_tail),
         r"silu_mul: .* 4 bytes .* past the end of the buffer of argument [01] \((out|gate_up)\)",
+    ),
+    Mutation(
+        "tails: rope_neox without its tail guard",
+        "rope.cu",
+        "for (int p = threadIdx.x; p < pairs; p += blockDim.x) {",
+        "for (int p = threadIdx.x; p < (int)blockDim.x; p += blockDim.x) {",
+        fp32(check_rope_tail),
+        r"rope_neox: .* past the end of the buffer of argument",
+        slow=True,
+    ),
+    Mutation(
+        "tails: dequant_q8_0 without its tail guard",
+        "quant.cu",
+        "idx < total;\n         idx += (long long)gridDim.x * blockDim.x) {\n"
+        "        out[idx] = from_float(q8_0_weight(",
+        "idx < (long long)gridDim.x * blockDim.x;\n         idx += (long long)gridDim.x * blockDim.x) {\n"
+        "        out[idx] = from_float(q8_0_weight(",
+        lambda dev: check_quant_tail(dev, "q8_0", torch.float32),
+        r"dequant_q8_0: .* past the end of the buffer of argument",
+        slow=True,
     ),
     Mutation(
         "out-of-bounds: the cache write does not skip slot -1",

@@ -262,7 +262,9 @@ class CpuCuda:
         self.max_shared_memory = max_shared_memory
         self.extra_flags = extra_flags
         self.checks = build.CHECK_MEMORY | build.CHECK_RACES if checks else 0
-        self._buffers: dict[int, tuple[int, int]] = {}  # pointer -> its tensor's storage (first byte, end)
+        # id of a kernel_pointer argument -> (the argument, its tensor's storage first byte and end);
+        # holding the argument keeps its id from being reused while the entry exists
+        self._buffers: dict[int, tuple[np.uint64, int, int]] = {}
         self._launches = 0
         self.cuda = _CudaNamespace(self)
         self.graphs = CpuGraphs()
@@ -285,10 +287,11 @@ class CpuCuda:
         """``t``'s address as a kernel argument (``KernelLibrary.pointer``), remembering its
         storage's bytes: launches whose every pointer came from here check global accesses."""
         storage = t.untyped_storage()
-        if len(self._buffers) > 4096:  # addresses are reused; only the latest launches need theirs
+        if len(self._buffers) > 4096:  # only the launches being made (or captured) now need theirs
             self._buffers.clear()
-        self._buffers[t.data_ptr()] = (storage.data_ptr(), storage.data_ptr() + storage.nbytes())
-        return np.uint64(t.data_ptr())
+        pointer = np.uint64(t.data_ptr())
+        self._buffers[id(pointer)] = (pointer, storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+        return pointer
 
     def extents(self, args: tuple[Any, ...], kinds: str) -> tuple[int, ...] | None:
         """(first byte, end, argument index) per pointer argument, or None if one is unknown (a
@@ -296,10 +299,10 @@ class CpuCuda:
         out: list[int] = []
         for i, (arg, kind) in enumerate(zip(args, kinds, strict=False)):
             if kind == "p":
-                extent = self._buffers.get(int(arg))
-                if extent is None:
+                entry = self._buffers.get(id(arg))
+                if entry is None or entry[0] is not arg:
                     return None
-                out += [extent[0], extent[1], i]
+                out += [entry[1], entry[2], i]
         return tuple(out)
 
     def next_seed(self) -> int:
