@@ -77,6 +77,17 @@ extern "C" __global__ void neighbours(float* out, int offset, int with_barrier) 
     out[blockIdx.x * 64 + threadIdx.x] = s[j >= 0 && j < 64 ? j : threadIdx.x];
 }
 
+// Each thread reads the other warp's slot, then shuffles, then writes its own slot: no barrier.
+extern "C" __global__ void other_warp_early(float* out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = 0.0f;
+    __syncthreads();
+    const float early = s[(threadIdx.x + 32) % 64];
+    const float v = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    s[threadIdx.x] = v;
+    out[threadIdx.x] = early;
+}
+
 extern "C" __global__ void __launch_bounds__(64) bounded(float* out, double scale, int n) {
     if (threadIdx.x < n) out[threadIdx.x] = (float)scale;
 }
@@ -161,6 +172,20 @@ def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset
         neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(0)))
         seen_nan.append(bool(out.isnan().any()))
     assert any(seen_nan)
+
+
+def test_warps_run_ahead_to_their_next_barrier_under_one_schedule(module) -> None:
+    """In thread-order rounds every warp stops at the shuffle before any writes, so warp 1 reads 0;
+    when warp 0 runs ahead through its shuffle to the end first, warp 1 reads its 1. Consecutive
+    launches cycle through the schedules, so both outcomes appear."""
+    seen = set()
+    for _ in range(3):
+        out = torch.full((64,), float("nan"))
+        module.get_function("other_warp_early")((1,), (64,), (ptr(out),))
+        seen.add(out[32:].tolist() == [1.0] * 32)
+    assert seen == {True, False}
+    with pytest.raises(CudaLaunchError, match=r"__shared__ other_warp_early::s.* races with"):
+        CpuCuda().RawModule(code=KERNELS).get_function("other_warp_early")((1,), (64,), (ptr(out),))
 
 
 def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None:
