@@ -1,5 +1,9 @@
 """The CPU execution layer itself (forge.kernels.cuda.cpu_emu): CUDA semantics it must get right,
-errors it must raise instead of computing something, and the graph capture/replay semantics."""
+errors it must raise instead of computing something, and the graph capture/replay semantics.
+
+These kernels read shared memory nobody wrote and race on purpose, to show what the execution model
+does with such reads (NaN fill, schedules); the module runs them with the memory and race checks
+off (``CpuCuda(checks=False)``). tests/test_cuda_cpu_checks.py tests the checks."""
 
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ extern "C" __global__ void divergent_barrier(float* out) {
     __shared__ float s[64];
     s[threadIdx.x] = 1.0f;
     if (threadIdx.x < 32) __syncthreads();
-    out[threadIdx.x] = s[63 - threadIdx.x];
+    out[threadIdx.x] = s[threadIdx.x];
     __syncthreads();
 }
 
@@ -73,6 +77,17 @@ extern "C" __global__ void neighbours(float* out, int offset, int with_barrier) 
     out[blockIdx.x * 64 + threadIdx.x] = s[j >= 0 && j < 64 ? j : threadIdx.x];
 }
 
+// Each thread reads the other warp's slot, then shuffles, then writes its own slot: no barrier.
+extern "C" __global__ void other_warp_early(float* out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = 0.0f;
+    __syncthreads();
+    const float early = s[(threadIdx.x + 32) % 64];
+    const float v = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    s[threadIdx.x] = v;
+    out[threadIdx.x] = early;
+}
+
 extern "C" __global__ void __launch_bounds__(64) bounded(float* out, double scale, int n) {
     if (threadIdx.x < n) out[threadIdx.x] = (float)scale;
 }
@@ -83,7 +98,7 @@ extern "C" __global__ void wild_pointer(float* out) { out[threadIdx.x] = *(const
 
 @pytest.fixture(scope="module")
 def runtime() -> CpuCuda:
-    return CpuCuda()
+    return CpuCuda(checks=False)
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +165,27 @@ def test_a_missing_barrier_is_exposed_whichever_neighbour_is_read(module, offset
     want = torch.where((j >= 0) & (j < 64), j, torch.arange(64)).float().repeat(2)
     neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(1)))
     assert torch.equal(out, want)
-    neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(0)))
-    assert out.isnan().any()  # the uniform-control barrier is gone: some thread read the poison
+    # Without the barrier some thread reads the poison under one of the schedules (forward, reverse,
+    # warps ahead), which consecutive launches cycle through.
+    seen_nan = []
+    for _ in range(3):
+        neighbours((2,), (64,), (ptr(out), np.int32(offset), np.int32(0)))
+        seen_nan.append(bool(out.isnan().any()))
+    assert any(seen_nan)
+
+
+def test_warps_run_ahead_to_their_next_barrier_under_one_schedule(module) -> None:
+    """In thread-order rounds every warp stops at the shuffle before any writes, so warp 1 reads 0;
+    when warp 0 runs ahead through its shuffle to the end first, warp 1 reads its 1. Consecutive
+    launches cycle through the schedules, so both outcomes appear."""
+    seen = set()
+    for _ in range(3):
+        out = torch.full((64,), float("nan"))
+        module.get_function("other_warp_early")((1,), (64,), (ptr(out),))
+        seen.add(out[32:].tolist() == [1.0] * 32)
+    assert seen == {True, False}
+    with pytest.raises(CudaLaunchError, match=r"__shared__ other_warp_early::s.* races with"):
+        CpuCuda().RawModule(code=KERNELS).get_function("other_warp_early")((1,), (64,), (ptr(out),))
 
 
 def test_dynamic_shared_memory_is_nan_and_ends_at_a_guard_page(module) -> None:
@@ -195,7 +229,7 @@ def test_launches_a_gpu_would_reject_raise(module) -> None:
 
 
 def test_ucontext_fibers_give_the_same_results() -> None:
-    module = CpuCuda(extra_flags=("-DFORGE_EMU_UCONTEXT",)).RawModule(code=KERNELS)
+    module = CpuCuda(extra_flags=("-DFORGE_EMU_UCONTEXT",), checks=False).RawModule(code=KERNELS)
     out = torch.full((32,), float("nan"))
     ids = torch.full((96,), -1, dtype=torch.int32)
     module.get_function("warps")((1,), (64,), (ptr(out), ptr(ids)))

@@ -85,6 +85,9 @@ class KernelLibrary:
         self._shared_mem_set: dict[int, int] = {}
         self._stream_handle = stream_handle
         self.max_shared_memory = max_shared_memory
+        # A tensor as a pointer argument: its address; the CPU layer also notes its storage's
+        # bytes, to check the kernel's global accesses against them.
+        self.pointer: Callable[[torch.Tensor], Any] = getattr(cupy, "kernel_pointer", ptr)
 
     def function(self, source: str, name: str, dtype: torch.dtype, **extra: int) -> Any:
         """The kernel ``name`` of ``source`` built for ``dtype`` and macros ``FORGE_<KEY>=value``."""

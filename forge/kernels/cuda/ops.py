@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from forge.kernels.cuda.compiler import KernelLibrary, f32, i32, i64, ptr
+from forge.kernels.cuda.compiler import KernelLibrary, f32, i32, i64
 from forge.kernels.cuda.quant import GGMLType, QuantizedWeight
 from forge.kernels.kv_quant import SCALE_BYTES, head_dim_of, is_quantized, quant_format
 
@@ -80,6 +80,10 @@ class CudaOps:
     def __init__(self, lib: KernelLibrary) -> None:
         self.lib = lib
 
+    def ptr(self, t: torch.Tensor) -> Any:
+        """``t`` as a pointer argument (``KernelLibrary.pointer``)."""
+        return self.lib.pointer(t)
+
     # -- cache -----------------------------------------------------------------------------
     def reshape_and_cache(
         self,
@@ -103,11 +107,11 @@ class CudaOps:
             return
         fn = self.lib.function("cache.cu", "reshape_and_cache", dtype)
         args = (
-            ptr(key),
-            ptr(value),
-            ptr(k_cache),
-            ptr(v_cache),
-            ptr(slot_mapping),
+            self.ptr(key),
+            self.ptr(value),
+            self.ptr(k_cache),
+            self.ptr(v_cache),
+            self.ptr(slot_mapping),
             i64(k_stride),
             i64(v_stride),
             i32(row),
@@ -140,11 +144,11 @@ class CudaOps:
             return
         fn = self.lib.function("cache.cu", "reshape_and_cache_quant", dtype, kv=quant_format(k_cache.dtype).code)
         args = (
-            ptr(key),
-            ptr(value),
-            ptr(k_cache),
-            ptr(v_cache),
-            ptr(slot_mapping),
+            self.ptr(key),
+            self.ptr(value),
+            self.ptr(k_cache),
+            self.ptr(v_cache),
+            self.ptr(slot_mapping),
             i64(key_stride),
             i64(value_stride),
             i32(kv_heads),
@@ -161,7 +165,7 @@ class CudaOps:
         if rows == 0:
             return
         fn = self.lib.function("norm.cu", "rms_norm", dtype)
-        args = (ptr(out), ptr(x), ptr(weight), i64(_rows(x, "x")), i32(hidden), f32(eps))
+        args = (self.ptr(out), self.ptr(x), self.ptr(weight), i64(_rows(x, "x")), i32(hidden), f32(eps))
         self.lib.launch(fn, (rows,), (_norm_threads(hidden),), args)
 
     def add_rms_norm(
@@ -185,11 +189,11 @@ class CudaOps:
             return
         fn = self.lib.function("norm.cu", "add_rms_norm", dtype)
         args = (
-            ptr(out),
-            ptr(residual_out),
-            ptr(x),
-            ptr(residual),
-            ptr(weight),
+            self.ptr(out),
+            self.ptr(residual_out),
+            self.ptr(x),
+            self.ptr(residual),
+            self.ptr(weight),
             i64(_rows(x, "x")),
             i64(_rows(residual, "residual")),
             i32(hidden),
@@ -223,12 +227,12 @@ class CudaOps:
         fn = self.lib.function("rope.cu", "rope_neox", dtype)
         pairs = (heads + kv_heads) * head_dim // 2
         args = (
-            ptr(q_out),
-            ptr(k_out),
-            ptr(query),
-            ptr(key),
-            ptr(positions),
-            ptr(cos_sin),
+            self.ptr(q_out),
+            self.ptr(k_out),
+            self.ptr(query),
+            self.ptr(key),
+            self.ptr(positions),
+            self.ptr(cos_sin),
             i64(_heads(query, "query")),
             i64(_heads(key, "key")),
             i32(heads),
@@ -250,7 +254,7 @@ class CudaOps:
         fn = self.lib.function("activation.cu", "silu_mul", dtype)
         threads = 256
         blocks = min(_ceil_div(total, threads), 65535 * 8)
-        args = (ptr(out), ptr(gate_up), i64(_rows(gate_up, "gate_up")), i32(inter), i64(total))
+        args = (self.ptr(out), self.ptr(gate_up), i64(_rows(gate_up, "gate_up")), i32(inter), i64(total))
         self.lib.launch(fn, (blocks,), (threads,), args)
 
     def argmax(self, out: torch.Tensor, logits: torch.Tensor) -> None:
@@ -260,7 +264,7 @@ class CudaOps:
             return
         _require(vocab > 0, "argmax of an empty row")
         fn = self.lib.function("sampling.cu", "argmax_rows", logits.dtype)
-        args = (ptr(out), ptr(logits), i64(_rows(logits, "logits")), i32(vocab))
+        args = (self.ptr(out), self.ptr(logits), i64(_rows(logits, "logits")), i32(vocab))
         self.lib.launch(fn, (rows,), (min(1024, _round_up(vocab, 32)),), args)
 
     # -- attention -------------------------------------------------------------------------
@@ -308,11 +312,11 @@ class CudaOps:
         if tokens == 0 or meta.num_seqs == 0:
             return
         common = (
-            ptr(k_cache),
-            ptr(v_cache),
-            ptr(meta.block_tables),
-            ptr(meta.seq_lens),
-            ptr(meta.query_start_loc),
+            self.ptr(k_cache),
+            self.ptr(v_cache),
+            self.ptr(meta.block_tables),
+            self.ptr(meta.seq_lens),
+            self.ptr(meta.query_start_loc),
             i64(q_stride),
             i32(kv_heads),
             i32(block_size),
@@ -333,11 +337,11 @@ class CudaOps:
             )
             smem = 4 * gqa * (head_dim + max(PARTITION_SIZE, DECODE_WARPS * head_dim))
             args: tuple[Any, ...] = (
-                ptr(out),
-                ptr(exp_sums),
-                ptr(max_logits),
-                ptr(tmp_out),
-                ptr(query),
+                self.ptr(out),
+                self.ptr(exp_sums),
+                self.ptr(max_logits),
+                self.ptr(tmp_out),
+                self.ptr(query),
                 *common,
                 i32(parts),
                 f32(scale),
@@ -350,12 +354,12 @@ class CudaOps:
                 "paged_attention.cu", "paged_attention_reduce", dtype, head_dim=head_dim, gqa=gqa, **kv
             )
             args = (
-                ptr(out),
-                ptr(exp_sums),
-                ptr(max_logits),
-                ptr(tmp_out),
-                ptr(meta.seq_lens),
-                ptr(meta.query_start_loc),
+                self.ptr(out),
+                self.ptr(exp_sums),
+                self.ptr(max_logits),
+                self.ptr(tmp_out),
+                self.ptr(meta.seq_lens),
+                self.ptr(meta.query_start_loc),
                 i32(heads),
                 i32(parts),
                 i32(window or 0),
@@ -370,7 +374,7 @@ class CudaOps:
                 + PREFILL_BLOCK_N * (2 * head_dim + 1)
                 + (PREFILL_THREADS // 32) * PREFILL_BLOCK_N
             )
-            prefill_args = (ptr(out), ptr(query), *common, f32(scale), i32(window or 0))
+            prefill_args = (self.ptr(out), self.ptr(query), *common, f32(scale), i32(window or 0))
             self.lib.launch(fn, grid, (PREFILL_THREADS,), prefill_args, shared_mem=smem)
 
     # -- quantized weights -------------------------------------------------------------------
@@ -383,9 +387,8 @@ class CudaOps:
         name = "dequant_q8_0" if weight.qtype == GGMLType.Q8_0 else "dequant_q4_k"
         fn = self.lib.function("quant.cu", name, out.dtype)
         threads = 256
-        self.lib.launch(
-            fn, (min(_ceil_div(total, threads), 65535 * 8),), (threads,), (ptr(out), ptr(weight.data), i64(total))
-        )
+        grid = (min(_ceil_div(total, threads), 65535 * 8),)
+        self.lib.launch(fn, grid, (threads,), (self.ptr(out), self.ptr(weight.data), i64(total)))
 
     def gemv(self, y: torch.Tensor, x: torch.Tensor, weight: QuantizedWeight) -> None:
         """``y [M, N] = x [M, K] @ weight`` for ``M <= GEMV_MAX_M``."""
@@ -400,7 +403,7 @@ class CudaOps:
         name = "gemv_q8_0" if weight.qtype == GGMLType.Q8_0 else "gemv_q4_k"
         fn = self.lib.function("quant.cu", name, dtype)
         n = weight.out_features
-        args = (ptr(y), ptr(x), ptr(weight.data), i32(m), i32(n), i32(k), i64(_rows(x, "x")))
+        args = (self.ptr(y), self.ptr(x), self.ptr(weight.data), i32(m), i32(n), i32(k), i64(_rows(x, "x")))
         self.lib.launch(fn, (_ceil_div(n, GEMV_WARPS),), (GEMV_WARPS * 32,), args)
 
 

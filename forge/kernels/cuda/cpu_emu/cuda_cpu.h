@@ -56,6 +56,9 @@
 #define __launch_bounds__(...)
 #define __shared__ static __attribute__((section("forge_emu_shared"), aligned(16)))
 #define warpSize 32
+// The layer's own functions are not instrumented: the memory and race checks
+// (cuda_cpu_check.h) see the kernel's accesses only.
+#define FORGE_EMU_INLINE inline __attribute__((no_sanitize("thread")))
 
 // ---- vector types -----------------------------------------------------------------------------
 struct uint3 {
@@ -64,15 +67,27 @@ struct uint3 {
 struct dim3 {
     unsigned int x, y, z;
 };
-struct alignas(16) uint4 {
-    unsigned int x, y, z, w;
-};
-struct alignas(16) int4 {
-    int x, y, z, w;
-};
-struct alignas(16) float4 {
-    float x, y, z, w;
-};
+// 16-byte vector types: a copy is one 16-byte access, checked for alignment and bounds (a GPU
+// faults on a misaligned vector load), rather than four accesses the compiler may split it into.
+namespace forge_emu {
+inline __attribute__((no_sanitize("thread"))) void vector_copy(void* dst, const void* src, unsigned n, const void* pc);
+}
+#define FORGE_EMU_VECTOR(T, E)                                                                               \
+    struct alignas(16) T {                                                                                   \
+        E x, y, z, w;                                                                                        \
+        T() = default;                                                                                       \
+        constexpr T(E a, E b, E c, E d) : x(a), y(b), z(c), w(d) {}                                          \
+        __attribute__((noinline, no_sanitize("thread"))) T(const T& o) {                                     \
+            ::forge_emu::vector_copy(this, &o, sizeof(T), __builtin_return_address(0));                     \
+        }                                                                                                    \
+        __attribute__((noinline, no_sanitize("thread"))) T& operator=(const T& o) {                          \
+            ::forge_emu::vector_copy(this, &o, sizeof(T), __builtin_return_address(0));                     \
+            return *this;                                                                                    \
+        }                                                                                                    \
+    };
+FORGE_EMU_VECTOR(uint4, unsigned int)
+FORGE_EMU_VECTOR(int4, int)
+FORGE_EMU_VECTOR(float4, float)
 struct alignas(8) uint2 {
     unsigned int x, y;
 };
@@ -235,7 +250,7 @@ forge_emu_trampoline:
 #endif
 
 enum class State : unsigned char { Ready, AtBarrier, AtWarp, Exited };
-enum class WarpOp : unsigned char { Sync, Shuffle };
+enum class WarpOp : unsigned char { Sync, Shuffle, Vote, Active };
 
 struct Fiber {
     Context ctx;
@@ -245,6 +260,7 @@ struct Fiber {
     WarpOp op;
     unsigned mask;
     int line;
+    int site;  // __syncthreads: which call site (one per expansion of the macro)
     const char* what;
     int src;  // shuffle: absolute lane index (in the warp) to read
     uint64_t value;
@@ -258,6 +274,32 @@ struct Launch {
     unsigned char* arena;  // see setup()
     uint64_t arena_size;
     uint64_t page;
+    uint32_t checks;      // kCheckMemory | kCheckRaces
+    uint32_t seed;        // picks the schedule: block order and thread order per block
+    const uint64_t* extents;  // n_extents triples (first byte, end, argument index) of the pointer arguments
+    uint32_t n_extents;
+    uint32_t globals_known;   // every pointer argument has an extent: global accesses outside them fail
+    const unsigned char* static_map;  // per byte of static shared memory: 0 padding, else variable number
+    uint64_t static_map_len;
+};
+
+constexpr uint32_t kCheckMemory = 1;
+constexpr uint32_t kCheckRaces = 2;
+constexpr size_t kMaxStaticShared = 48 * 1024;
+
+// Per 4-byte word of shared memory, for the race and initialisation checks (cuda_cpu_check.h).
+struct ShadowWord {
+    uint32_t gen;      // the block (Runtime::gen) the rest belongs to
+    uint32_t w_epoch;  // barrier epoch of the last write
+    uint32_t w_sync;   // the writer's warp's __syncwarp count at the last write
+    uint32_t r_epoch;  // barrier epoch of the reads since the last write
+    uint32_t r_sync;   // the readers' warp's __syncwarp count at the latest read
+    uint16_t writer;   // thread, or kNobody
+    uint16_t reader;   // thread, kNobody, or kMany
+    uint8_t r_warp;    // warp of the readers (one warp, unless kSpansWarps)
+    uint8_t init;      // bytes of the word written in this block
+    uint8_t flags;     // kAtomicWrite, kSpansWarps
+    uint8_t pad;
 };
 
 using Invoke = void (*)(void* kernel, void** args);
@@ -284,6 +326,18 @@ struct Runtime {
     void* kernel = nullptr;
     Invoke invoke = nullptr;
     void** args = nullptr;
+    // checks (cuda_cpu_check.h)
+    uint32_t checks = 0;
+    uint32_t gen = 0;    // blocks run so far: shadow words of earlier blocks are stale
+    uint32_t epoch = 0;  // __syncthreads released in this block
+    uint32_t warp_sync[kMaxThreads / kWarp];
+    const uint64_t* extents = nullptr;
+    uint32_t n_extents = 0;
+    uint32_t last_extent = 0;  // the extent the last global access was in
+    bool globals_known = false;
+    const unsigned char* static_map = nullptr;
+    size_t static_map_len = 0;
+    ShadowWord shadow[(kMaxStaticShared + kMaxDynamicShared) / 4];
     // errors
     bool failed = false;
     char message[1024];
@@ -292,8 +346,8 @@ struct Runtime {
 
 inline Runtime* g_rt = nullptr;  // the runtime of the launch in progress (one at a time)
 
-inline void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-inline void fail(const char* fmt, ...) {
+FORGE_EMU_INLINE void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+FORGE_EMU_INLINE void fail(const char* fmt, ...) {
     Runtime* rt = g_rt;
     if (rt->failed) return;  // keep the first error
     rt->failed = true;
@@ -305,7 +359,7 @@ inline void fail(const char* fmt, ...) {
     va_end(ap);
 }
 
-inline void switch_context(Context* from, Context* to) {
+FORGE_EMU_INLINE void switch_context(Context* from, Context* to) {
 #ifdef FORGE_EMU_UCONTEXT
     swapcontext(&from->uc, &to->uc);
 #else
@@ -314,9 +368,9 @@ inline void switch_context(Context* from, Context* to) {
 }
 
 // Back to the scheduler; returns when the scheduler resumes this fiber.
-inline void yield(Fiber* f) { switch_context(&f->ctx, &g_rt->sched); }
+FORGE_EMU_INLINE void yield(Fiber* f) { switch_context(&f->ctx, &g_rt->sched); }
 
-extern "C" inline void fiber_main(void*) {
+extern "C" FORGE_EMU_INLINE void fiber_main(void*) {
     Runtime* rt = g_rt;
     Fiber* f = rt->current;
     rt->invoke(rt->kernel, rt->args);
@@ -326,14 +380,14 @@ extern "C" inline void fiber_main(void*) {
 }
 
 #ifdef FORGE_EMU_UCONTEXT
-extern "C" inline void fiber_main_uc() { fiber_main(nullptr); }
+extern "C" FORGE_EMU_INLINE void fiber_main_uc() { fiber_main(nullptr); }
 #endif
 
-inline unsigned char* stack_top(Runtime* rt, unsigned i) {
+FORGE_EMU_INLINE unsigned char* stack_top(Runtime* rt, unsigned i) {
     return rt->stacks + (size_t)(i + 1) * (rt->page + kStackBytes);
 }
 
-inline void init_fiber(Runtime* rt, Fiber* f, unsigned i) {
+FORGE_EMU_INLINE void init_fiber(Runtime* rt, Fiber* f, unsigned i) {
     unsigned char* top = stack_top(rt, i);
 #ifdef FORGE_EMU_UCONTEXT
     getcontext(&f->ctx.uc);
@@ -355,16 +409,17 @@ inline void init_fiber(Runtime* rt, Fiber* f, unsigned i) {
 }
 
 // ---- built-ins used inside kernels ------------------------------------------------------------
-inline void sync_threads(int line) {
+FORGE_EMU_INLINE void sync_threads(int line, int site) {
     Fiber* f = g_rt->current;
     f->state = State::AtBarrier;
     f->line = line;
+    f->site = site;
     yield(f);
 }
 
-inline unsigned lane_of(const Fiber* f) { return f->linear % kWarp; }
+FORGE_EMU_INLINE unsigned lane_of(const Fiber* f) { return f->linear % kWarp; }
 
-inline void sync_warp(int line, unsigned mask = 0xffffffffu) {
+FORGE_EMU_INLINE void sync_warp(int line, unsigned mask = 0xffffffffu) {
     Fiber* f = g_rt->current;
     if (!(mask & (1u << lane_of(f)))) {
         fail("thread %u calls __syncwarp (line %d) with a mask 0x%08x that leaves out its own lane", f->linear, line,
@@ -379,7 +434,7 @@ inline void sync_warp(int line, unsigned mask = 0xffffffffu) {
 }
 
 template <typename T>
-inline T shuffle(int line, const char* what, unsigned mask, T var, int src) {
+FORGE_EMU_INLINE T shuffle(int line, const char* what, unsigned mask, T var, int src) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffled values are at most 8 bytes");
     Fiber* f = g_rt->current;
     if (!(mask & (1u << lane_of(f)))) {
@@ -399,10 +454,10 @@ inline T shuffle(int line, const char* what, unsigned mask, T var, int src) {
     return out;
 }
 
-inline bool valid_width(int width) { return width >= 1 && width <= kWarp && (width & (width - 1)) == 0; }
+FORGE_EMU_INLINE bool valid_width(int width) { return width >= 1 && width <= kWarp && (width & (width - 1)) == 0; }
 
 template <typename T>
-inline T shfl_xor(int line, unsigned mask, T var, int lane_mask, int width = kWarp) {
+FORGE_EMU_INLINE T shfl_xor(int line, unsigned mask, T var, int lane_mask, int width = kWarp) {
     const int lane = (int)lane_of(g_rt->current);
     if (!valid_width(width)) fail("__shfl_xor_sync (line %d): width %d is not a power of two <= 32", line, width);
     const int base = lane & ~(width - 1);
@@ -412,7 +467,7 @@ inline T shfl_xor(int line, unsigned mask, T var, int lane_mask, int width = kWa
 }
 
 template <typename T>
-inline T shfl(int line, unsigned mask, T var, int src_lane, int width = kWarp) {
+FORGE_EMU_INLINE T shfl(int line, unsigned mask, T var, int src_lane, int width = kWarp) {
     const int lane = (int)lane_of(g_rt->current);
     if (!valid_width(width)) fail("__shfl_sync (line %d): width %d is not a power of two <= 32", line, width);
     const int base = lane & ~(width - 1);
@@ -420,7 +475,7 @@ inline T shfl(int line, unsigned mask, T var, int src_lane, int width = kWarp) {
 }
 
 template <typename T>
-inline T shfl_down(int line, unsigned mask, T var, unsigned delta, int width = kWarp) {
+FORGE_EMU_INLINE T shfl_down(int line, unsigned mask, T var, unsigned delta, int width = kWarp) {
     const int lane = (int)lane_of(g_rt->current);
     if (!valid_width(width)) fail("__shfl_down_sync (line %d): width %d is not a power of two <= 32", line, width);
     const int base = lane & ~(width - 1);
@@ -430,7 +485,7 @@ inline T shfl_down(int line, unsigned mask, T var, unsigned delta, int width = k
 }
 
 template <typename T>
-inline T shfl_up(int line, unsigned mask, T var, unsigned delta, int width = kWarp) {
+FORGE_EMU_INLINE T shfl_up(int line, unsigned mask, T var, unsigned delta, int width = kWarp) {
     const int lane = (int)lane_of(g_rt->current);
     if (!valid_width(width)) fail("__shfl_up_sync (line %d): width %d is not a power of two <= 32", line, width);
     const int base = lane & ~(width - 1);
@@ -439,13 +494,26 @@ inline T shfl_up(int line, unsigned mask, T var, unsigned delta, int width = kWa
     return shuffle(line, "__shfl_up_sync", mask, var, src);
 }
 
+FORGE_EMU_INLINE uint3 thread_idx() { return g_rt->current->tid; }
+FORGE_EMU_INLINE uint3 block_idx() { return g_rt->block_idx; }
+FORGE_EMU_INLINE dim3 block_dim() { return g_rt->block_dim; }
+FORGE_EMU_INLINE dim3 grid_dim() { return g_rt->grid_dim; }
+
+// A static __shared__ variable and 16 bytes after it that no access may touch (the loader
+// declares every static shared variable as one of these, see build.py).
 template <typename T>
-inline T* dynamic_shared() {
+struct Padded {
+    T value;
+    unsigned char guard[16];
+};
+
+template <typename T>
+FORGE_EMU_INLINE T* dynamic_shared() {
     return reinterpret_cast<T*>(g_rt->dyn);
 }
 
 // ---- the scheduler ---------------------------------------------------------------------------------
-inline const char* state_name(const Fiber& f) {
+FORGE_EMU_INLINE const char* state_name(const Fiber& f) {
     switch (f.state) {
         case State::Ready:
             return "running";
@@ -461,14 +529,43 @@ inline const char* state_name(const Fiber& f) {
 
 // Completes the warp operations whose lanes have all arrived. Returns whether any did; sets
 // an error for a warp operation that can never complete.
-inline bool resolve_warps(Runtime* rt) {
+// __activemask: the lanes at this call once every other lane of the warp has exited or waits
+// at a block barrier (diverged); lanes waiting at another warp operation mean a divergence.
+FORGE_EMU_INLINE bool resolve_active(Runtime* rt, Fiber* warp, unsigned lanes, int line) {
+    unsigned mask = 0;
+    for (unsigned m = 0; m < lanes; ++m) {
+        const Fiber& f = warp[m];
+        if (f.state == State::AtWarp && f.op == WarpOp::Active && f.line == line) {
+            mask |= 1u << m;
+        } else if (f.state == State::AtWarp) {
+            fail("lane %u waits at __activemask (line %d) while lane %u waits at %s (line %d)", __builtin_ctz(mask | (1u << m)),
+                 line, m, f.what, f.line);
+            return false;
+        } else if (f.state == State::Ready) {
+            return false;
+        }
+    }
+    for (unsigned m = 0; m < lanes; ++m) {
+        if (mask & (1u << m)) {
+            warp[m].result = mask;
+            warp[m].state = State::Ready;
+        }
+    }
+    return mask != 0;
+}
+
+FORGE_EMU_INLINE bool resolve_warp(Runtime* rt, unsigned base) {
     bool progressed = false;
-    for (unsigned base = 0; base < rt->count && !rt->failed; base += kWarp) {
+    {
         const unsigned lanes = rt->count - base < (unsigned)kWarp ? rt->count - base : (unsigned)kWarp;
         Fiber* warp = rt->fibers + base;
         for (unsigned l = 0; l < lanes && !rt->failed; ++l) {
             const Fiber& first = warp[l];
             if (first.state != State::AtWarp) continue;
+            if (first.op == WarpOp::Active) {
+                progressed |= resolve_active(rt, warp, lanes, first.line);
+                continue;
+            }
             bool complete = true;
             for (unsigned m = 0; m < (unsigned)kWarp; ++m) {
                 if (!(first.mask & (1u << m))) continue;
@@ -493,7 +590,12 @@ inline bool resolve_warps(Runtime* rt) {
             for (unsigned m = 0; m < (unsigned)kWarp; ++m) {
                 if (!(first.mask & (1u << m))) continue;
                 Fiber& f = warp[m];
-                if (f.op == WarpOp::Shuffle) {
+                if (f.op == WarpOp::Vote) {
+                    f.result = 0;
+                    for (unsigned v = 0; v < (unsigned)kWarp; ++v) {
+                        if ((first.mask & (1u << v)) && warp[v].value) f.result |= 1ull << v;
+                    }
+                } else if (f.op == WarpOp::Shuffle) {
                     if (!(first.mask & (1u << f.src))) {
                         fail("%s (line %d): lane %u reads lane %d, which is not in the mask 0x%08x", f.what, f.line, m,
                              f.src, first.mask);
@@ -505,15 +607,22 @@ inline bool resolve_warps(Runtime* rt) {
             for (unsigned m = 0; m < (unsigned)kWarp; ++m) {
                 if (first.mask & (1u << m)) warp[m].state = State::Ready;
             }
+            if (first.op == WarpOp::Sync) ++rt->warp_sync[base / kWarp];  // orders the lanes' memory accesses
             progressed = true;
         }
     }
     return progressed;
 }
 
+FORGE_EMU_INLINE bool resolve_warps(Runtime* rt) {
+    bool progressed = false;
+    for (unsigned base = 0; base < rt->count && !rt->failed; base += kWarp) progressed |= resolve_warp(rt, base);
+    return progressed;
+}
+
 // Releases the block barrier when every thread is at the same one; otherwise the block can
 // never continue and this sets the error.
-inline void resolve_barrier(Runtime* rt) {
+FORGE_EMU_INLINE void resolve_barrier(Runtime* rt) {
     unsigned at_barrier = 0, exited = 0, at_warp = 0;
     const Fiber* waiting = nullptr;
     const Fiber* gone = nullptr;
@@ -548,7 +657,7 @@ inline void resolve_barrier(Runtime* rt) {
         return;
     }
     for (unsigned i = 0; i < rt->count; ++i) {
-        if (rt->fibers[i].line != waiting->line) {
+        if (rt->fibers[i].site != waiting->site) {
             fail("threads wait at different __syncthreads: thread %u at line %d, thread %u at line %d (a barrier "
                  "inside divergent code)",
                  waiting->linear, waiting->line, i, rt->fibers[i].line);
@@ -556,18 +665,51 @@ inline void resolve_barrier(Runtime* rt) {
         }
     }
     for (unsigned i = 0; i < rt->count; ++i) rt->fibers[i].state = State::Ready;
+    ++rt->epoch;
 }
 
 extern "C" char __start_forge_emu_shared[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_forge_emu_shared[] __attribute__((weak, visibility("hidden")));
 
-inline size_t static_shared_bytes() {
+FORGE_EMU_INLINE size_t static_shared_bytes() {
     return __start_forge_emu_shared ? (size_t)(__stop_forge_emu_shared - __start_forge_emu_shared) : 0;
 }
 
-inline void run_block(Runtime* rt) {
+FORGE_EMU_INLINE void run_fiber(Runtime* rt, Fiber* f) {
+    rt->current = f;
+    switch_context(&rt->sched, &f->ctx);
+}
+
+// One round: every ready thread runs to its next synchronisation point (or its end), in
+// thread order or in reverse.
+FORGE_EMU_INLINE void run_round(Runtime* rt, bool reverse) {
+    for (unsigned k = 0; k < rt->count && !rt->failed; ++k) {
+        Fiber* f = rt->fibers + (reverse ? rt->count - 1 - k : k);
+        if (f->state == State::Ready) run_fiber(rt, f);
+    }
+}
+
+// Each warp in turn runs ahead, through its warp operations, until every lane of it waits at
+// a block barrier or has exited (as independent thread scheduling lets a warp do).
+FORGE_EMU_INLINE void run_warps_ahead(Runtime* rt) {
+    for (unsigned base = 0; base < rt->count && !rt->failed; base += kWarp) {
+        const unsigned end = rt->count - base < (unsigned)kWarp ? rt->count : base + kWarp;
+        do {
+            for (unsigned i = base; i < end && !rt->failed; ++i) {
+                if (rt->fibers[i].state == State::Ready) run_fiber(rt, rt->fibers + i);
+            }
+        } while (!rt->failed && resolve_warp(rt, base));
+    }
+}
+
+enum class Schedule : unsigned { Forward, Reverse, WarpsAhead };
+
+FORGE_EMU_INLINE void reset_block(Runtime* rt) {
     if (static_shared_bytes()) memset(__start_forge_emu_shared, 0xff, static_shared_bytes());
     memset(rt->smem_region, 0xff, (size_t)(rt->guard - rt->smem_region));
+    ++rt->gen;
+    rt->epoch = 0;
+    memset(rt->warp_sync, 0, sizeof rt->warp_sync);
     for (unsigned i = 0; i < rt->count; ++i) {
         Fiber* f = rt->fibers + i;
         f->linear = i;
@@ -576,20 +718,25 @@ inline void run_block(Runtime* rt) {
         f->tid.z = i / (rt->block_dim.x * rt->block_dim.y);
         f->state = State::Ready;
         f->line = 0;
+        f->site = -1;
         init_fiber(rt, f, i);
     }
-    // Every ready thread runs to its next synchronisation point (or its end), in thread order
-    // in even blocks and in reverse order in odd ones: a read of a value another thread writes
-    // without a barrier in between sees the poison (or a stale value) whichever neighbour it is.
-    const bool reverse = (rt->block_idx.x + rt->block_idx.y + rt->block_idx.z) & 1u;
+}
+
+// The threads of a block run between synchronisation points in one of three orders, chosen
+// per block from the launch's seed: thread order, reverse order, or each warp running ahead to
+// its next barrier. A read of a value another thread writes without a barrier in between sees
+// the poison (or a stale value) under one of them whichever neighbour it is; the race check
+// (cuda_cpu_check.h) reports it under all of them.
+FORGE_EMU_INLINE void run_block(Runtime* rt, Schedule schedule) {
+    reset_block(rt);
     for (;;) {
-        for (unsigned k = 0; k < rt->count; ++k) {
-            Fiber* f = rt->fibers + (reverse ? rt->count - 1 - k : k);
-            if (f->state != State::Ready) continue;
-            rt->current = f;
-            switch_context(&rt->sched, &f->ctx);
-            if (rt->failed) return;
+        if (schedule == Schedule::WarpsAhead) {
+            run_warps_ahead(rt);
+        } else {
+            run_round(rt, schedule == Schedule::Reverse);
         }
+        if (rt->failed) return;
         if (resolve_warps(rt)) continue;
         if (rt->failed) return;
         bool all_exited = true;
@@ -610,7 +757,7 @@ inline void run_block(Runtime* rt) {
 }
 
 // ---- faults --------------------------------------------------------------------------------------------
-inline void on_fault(int sig, siginfo_t* info, void*) {
+FORGE_EMU_INLINE void on_fault(int sig, siginfo_t* info, void*) {
     Runtime* rt = g_rt;
     const unsigned char* addr = static_cast<const unsigned char*>(info->si_addr);
     Fiber* f = rt->current;
@@ -632,10 +779,10 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
 // the loader (forge.kernels.cuda.cpu_emu.build.arena): kMaxThreads stacks of kStackBytes,
 // each above a PROT_NONE page, then dynamic shared memory rounded up to pages and a PROT_NONE
 // page after it.
-inline size_t smem_bytes(size_t page) { return (kMaxDynamicShared + page - 1) / page * page; }
-inline size_t arena_bytes(size_t page) { return kMaxThreads * (page + kStackBytes) + smem_bytes(page) + page; }
+FORGE_EMU_INLINE size_t smem_bytes(size_t page) { return (kMaxDynamicShared + page - 1) / page * page; }
+FORGE_EMU_INLINE size_t arena_bytes(size_t page) { return kMaxThreads * (page + kStackBytes) + smem_bytes(page) + page; }
 
-inline bool setup(Runtime* rt, const Launch* launch, char* err, size_t err_len) {
+FORGE_EMU_INLINE bool setup(Runtime* rt, const Launch* launch, char* err, size_t err_len) {
     if (launch->arena_size != arena_bytes(launch->page)) {
         snprintf(err, err_len, "the loader's arena (%llu bytes) does not match cuda_cpu.h's layout (%zu bytes)",
                  (unsigned long long)launch->arena_size, arena_bytes(launch->page));
@@ -648,8 +795,19 @@ inline bool setup(Runtime* rt, const Launch* launch, char* err, size_t err_len) 
     return true;
 }
 
+// Blocks run one after another, in grid order, or in reverse on odd seeds (so a block that
+// depends on another without a grid-wide sync sees it unfinished under one of the two).
+FORGE_EMU_INLINE void run_grid(Runtime* rt, const Launch* launch) {
+    const uint64_t gx = launch->grid[0], gy = launch->grid[1], n = gx * gy * launch->grid[2];
+    for (uint64_t k = 0; k < n && !rt->failed; ++k) {
+        const uint64_t b = (launch->seed & 1u) ? n - 1 - k : k;
+        rt->block_idx = uint3{(unsigned)(b % gx), (unsigned)(b / gx % gy), (unsigned)(b / (gx * gy))};
+        run_block(rt, static_cast<Schedule>((b + launch->seed) % 3));
+    }
+}
+
 // Runs kernel over the grid. Returns 0, or 1 with the error message in err.
-inline int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, void** args, char* err,
+FORGE_EMU_INLINE int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, void** args, char* err,
                size_t err_len) {
     if (!setup(rt, launch, err, err_len)) return 1;
     const unsigned threads = launch->block[0] * launch->block[1] * launch->block[2];
@@ -671,6 +829,12 @@ inline int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, v
     rt->invoke = invoke;
     rt->args = args;
     rt->current = nullptr;
+    rt->checks = launch->checks;
+    rt->extents = launch->extents;
+    rt->n_extents = launch->n_extents;
+    rt->globals_known = launch->globals_known != 0;
+    rt->static_map = launch->static_map;
+    rt->static_map_len = launch->static_map_len;
 
     // Faults (guard pages, bad addresses) become errors; the handler runs on its own stack.
     static unsigned char alt_stack[64 * 1024];
@@ -684,16 +848,7 @@ inline int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, v
     sigemptyset(&action.sa_mask);
     sigaction(SIGSEGV, &action, &old_segv);
     sigaction(SIGBUS, &action, &old_bus);
-    if (sigsetjmp(rt->fault_jump, 1) == 0) {
-        for (unsigned z = 0; z < launch->grid[2] && !rt->failed; ++z) {
-            for (unsigned y = 0; y < launch->grid[1] && !rt->failed; ++y) {
-                for (unsigned x = 0; x < launch->grid[0] && !rt->failed; ++x) {
-                    rt->block_idx = uint3{x, y, z};
-                    run_block(rt);
-                }
-            }
-        }
-    }
+    if (sigsetjmp(rt->fault_jump, 1) == 0) run_grid(rt, launch);
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
     sigaltstack(&old_alt, nullptr);
@@ -706,22 +861,22 @@ inline int run(Runtime* rt, void* kernel, Invoke invoke, const Launch* launch, v
 }
 
 template <typename... P, size_t... I>
-inline void call_kernel(void (*fn)(P...), void** args, std::index_sequence<I...>) {
+FORGE_EMU_INLINE void call_kernel(void (*fn)(P...), void** args, std::index_sequence<I...>) {
     fn(*static_cast<P*>(args[I])...);
 }
 
 template <typename... P>
-inline void invoke_kernel(void* kernel, void** args) {
+FORGE_EMU_INLINE void invoke_kernel(void* kernel, void** args) {
     call_kernel(reinterpret_cast<void (*)(P...)>(kernel), args, std::index_sequence_for<P...>{});
 }
 
-inline Runtime* runtime() {
+FORGE_EMU_INLINE Runtime* runtime() {
     static Runtime instance;
     return &instance;
 }
 
 template <typename... P>
-inline int launch(void (*kernel)(P...), const Launch* config, void** args, char* err, size_t err_len) {
+FORGE_EMU_INLINE int launch(void (*kernel)(P...), const Launch* config, void** args, char* err, size_t err_len) {
     return run(runtime(), reinterpret_cast<void*>(kernel), &invoke_kernel<P...>, config, args, err, err_len);
 }
 
@@ -736,7 +891,7 @@ constexpr char kind_of() {
 // Writes each parameter's size and kind ('p' pointer, 'f' float, 'i'/'u' integer, 'o' other);
 // returns the number of parameters.
 template <typename... P>
-inline int describe(void (*)(P...), int* sizes, char* kinds, int capacity) {
+FORGE_EMU_INLINE int describe(void (*)(P...), int* sizes, char* kinds, int capacity) {
     const int n = (int)sizeof...(P);
     const int size_list[] = {(int)sizeof(P)..., 0};
     const char kind_list[] = {kind_of<P>()..., 0};
@@ -749,13 +904,16 @@ inline int describe(void (*)(P...), int* sizes, char* kinds, int capacity) {
 
 }  // namespace forge_emu
 
-#define threadIdx (::forge_emu::g_rt->current->tid)
-#define blockIdx (::forge_emu::g_rt->block_idx)
-#define blockDim (::forge_emu::g_rt->block_dim)
-#define gridDim (::forge_emu::g_rt->grid_dim)
-#define __syncthreads() ::forge_emu::sync_threads(__LINE__)
+#define threadIdx (::forge_emu::thread_idx())
+#define blockIdx (::forge_emu::block_idx())
+#define blockDim (::forge_emu::block_dim())
+#define gridDim (::forge_emu::grid_dim())
+#define __syncthreads() ::forge_emu::sync_threads(__LINE__, __COUNTER__)
 #define __syncwarp(...) ::forge_emu::sync_warp(__LINE__, ##__VA_ARGS__)
 #define __shfl_xor_sync(...) ::forge_emu::shfl_xor(__LINE__, __VA_ARGS__)
 #define __shfl_sync(...) ::forge_emu::shfl(__LINE__, __VA_ARGS__)
 #define __shfl_down_sync(...) ::forge_emu::shfl_down(__LINE__, __VA_ARGS__)
 #define __shfl_up_sync(...) ::forge_emu::shfl_up(__LINE__, __VA_ARGS__)
+
+#include "cuda_cpu_check.h"
+#include "cuda_cpu_intrinsics.h"

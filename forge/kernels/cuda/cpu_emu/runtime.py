@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from forge.kernels.cuda.cpu_emu import build
+from forge.kernels.cuda.cpu_emu import build, debuginfo
 from forge.kernels.cuda.cpu_emu.graphs import CpuGraphs
 
 DEFAULT_SHARED_MEMORY = 48 * 1024
@@ -55,14 +57,26 @@ def _context(source_lines: list[str], message: str) -> str:
     return "\n".join([message, *shown])
 
 
+@dataclass(frozen=True)
+class ModuleInfo:
+    """What a module's kernels need to check launches and to explain their errors."""
+
+    library: Path
+    static_shared: int  # the module's total: an upper bound for each kernel
+    layout: debuginfo.SharedLayout
+    dynamic_names: dict[str, tuple[str, ...]]  # per kernel, its extern __shared__ arrays
+    source_lines: list[str]
+
+
 class CpuKernel:
     """A compiled kernel, launched like a CuPy ``Function``."""
 
-    def __init__(self, runtime: CpuCuda, kernel: build.LoadedKernel, static_shared: int, source: str) -> None:
+    def __init__(self, runtime: CpuCuda, kernel: build.LoadedKernel, module: ModuleInfo) -> None:
         self.runtime = runtime
         self.kernel = kernel
-        self.static_shared = static_shared  # the module's total: an upper bound for this kernel
-        self.source_lines = source.splitlines()
+        self.module = module
+        self.static_shared = module.static_shared
+        self._static_map = ctypes.create_string_buffer(module.layout.valid, max(len(module.layout.valid), 1))
         self._max_dynamic_shared = 0
 
     @property
@@ -88,7 +102,8 @@ class CpuKernel:
     ) -> None:
         grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
         self.check(grid3, block3, args, shared_mem)
-        self.runtime.submit(lambda: self.run(grid3, block3, args, shared_mem))
+        extents = self.runtime.extents(args, self.kernel.param_kinds)
+        self.runtime.submit(lambda: self.run(grid3, block3, args, shared_mem, extents))
 
     def check(
         self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...], shared: int
@@ -132,8 +147,17 @@ class CpuKernel:
                     f"{arg.dtype} ({arg.itemsize} bytes) was passed"
                 )
 
-    def run(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...], shared: int) -> None:
-        """Execute the launch now (``__call__`` checks first and may record it in a graph)."""
+    def run(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        shared: int,
+        extents: tuple[int, ...] | None = None,
+    ) -> None:
+        """Execute the launch now (``__call__`` checks first and may record it in a graph).
+        ``extents``: (first byte, end, argument index) of each pointer argument's buffer, when
+        every one is known (``CpuCuda.extents``); global accesses outside them then fail."""
         n = len(args)
         slots = (ctypes.c_uint64 * max(n, 1))()
         base = ctypes.addressof(slots)
@@ -141,13 +165,26 @@ class CpuKernel:
             ctypes.memmove(base + 8 * i, arg.tobytes(), arg.itemsize)
         pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
         arena = build.arena()
-        config = build.LaunchConfig(grid, block, shared, arena.address, arena.size, arena.page)
+        known = (ctypes.c_uint64 * max(len(extents or ()), 1))(*(extents or ()))
+        layout = self.module.layout
+        config = build.LaunchConfig(
+            grid, block, shared, arena.address, arena.size, arena.page, self.runtime.checks,
+            self.runtime.next_seed(), ctypes.addressof(known), len(extents or ()) // 3, extents is not None,
+            ctypes.addressof(self._static_map) if layout.valid else None, len(layout.valid),
+        )  # fmt: skip
         error = ctypes.create_string_buffer(2048)
         with arena.lock:
             failed = self.kernel.launch(ctypes.byref(config), ctypes.addressof(pointers), error, len(error))
         if failed:
-            message = error.value.decode(errors="replace")
-            raise CudaLaunchError(_context(self.source_lines, f"{self.kernel.name}: {message}"))
+            m = self.module
+            message = debuginfo.describe(
+                error.value.decode(errors="replace"),
+                m.library,
+                layout,
+                self.kernel.param_names,
+                m.dynamic_names.get(self.kernel.name, ()),
+            )
+            raise CudaLaunchError(_context(m.source_lines, f"{self.kernel.name}: {message}"))
 
 
 class CpuRawModule:
@@ -164,9 +201,16 @@ class CpuRawModule:
         self.options = tuple(options)
         signatures = build.kernel_signatures(code)
         library: Path = build.build(code, self.options, runtime.extra_flags)
-        loaded, static_shared = build.load(library, signatures)
+        loaded, static_shared, offset = build.load(library, signatures)
         unit = build.translation_unit(code)
-        self._kernels = {name: CpuKernel(runtime, k, static_shared, unit) for name, k in loaded.items()}
+        info = ModuleInfo(
+            library,
+            static_shared,
+            debuginfo.shared_layout(library, offset, static_shared),
+            build.dynamic_shared_names(code),
+            unit.splitlines(),
+        )
+        self._kernels = {name: CpuKernel(runtime, k, info) for name, k in loaded.items()}
         missing = [n for n in name_expressions or () if n not in self._kernels]
         if missing:
             raise build.EmulatorBuildError(f"name expressions not found among the kernels: {missing}")
@@ -210,11 +254,18 @@ class CpuCuda:
 
     device_type = "cpu"
 
-    def __init__(self, max_shared_memory: int = MAX_SHARED_MEMORY_OPTIN, extra_flags: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, max_shared_memory: int = MAX_SHARED_MEMORY_OPTIN, extra_flags: tuple[str, ...] = (), checks: bool = True
+    ) -> None:
         if not DEFAULT_SHARED_MEMORY <= max_shared_memory <= MAX_SHARED_MEMORY_OPTIN:
             raise ValueError(f"max_shared_memory must be in {DEFAULT_SHARED_MEMORY}..{MAX_SHARED_MEMORY_OPTIN}")
         self.max_shared_memory = max_shared_memory
         self.extra_flags = extra_flags
+        self.checks = build.CHECK_MEMORY | build.CHECK_RACES if checks else 0
+        # id of a kernel_pointer argument -> (the argument, its tensor's storage first byte and end);
+        # holding the argument keeps its id from being reused while the entry exists
+        self._buffers: dict[int, tuple[np.uint64, int, int]] = {}
+        self._launches = 0
         self.cuda = _CudaNamespace(self)
         self.graphs = CpuGraphs()
 
@@ -231,3 +282,30 @@ class CpuCuda:
     @staticmethod
     def stream_handle() -> int:
         return 0
+
+    def kernel_pointer(self, t: torch.Tensor) -> np.uint64:
+        """``t``'s address as a kernel argument (``KernelLibrary.pointer``), remembering its
+        storage's bytes: launches whose every pointer came from here check global accesses."""
+        storage = t.untyped_storage()
+        if len(self._buffers) > 4096:  # only the launches being made (or captured) now need theirs
+            self._buffers.clear()
+        pointer = np.uint64(t.data_ptr())
+        self._buffers[id(pointer)] = (pointer, storage.data_ptr(), storage.data_ptr() + storage.nbytes())
+        return pointer
+
+    def extents(self, args: tuple[Any, ...], kinds: str) -> tuple[int, ...] | None:
+        """(first byte, end, argument index) per pointer argument, or None if one is unknown (a
+        raw address rather than a ``kernel_pointer``)."""
+        out: list[int] = []
+        for i, (arg, kind) in enumerate(zip(args, kinds, strict=False)):
+            if kind == "p":
+                entry = self._buffers.get(id(arg))
+                if entry is None or entry[0] is not arg:
+                    return None
+                out += [entry[1], entry[2], i]
+        return tuple(out)
+
+    def next_seed(self) -> int:
+        """A number per launch that picks its schedule (block and thread orders, cuda_cpu.h)."""
+        self._launches += 1
+        return self._launches & 0xFFFFFFFF
