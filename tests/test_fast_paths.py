@@ -51,6 +51,8 @@ def option_cases() -> dict[str, list[str]]:
         size = ["workload.num_requests=24"] if name in ("fixed", "shared_prefix") else SMALL
         if name == "vidur_poisson":  # its prompts: 2,048 tokens, outputs 512
             size = ["workload.num_requests=12", "workload.arrivals.rate=4", "engine.max_model_len=4096"]
+        if name == "vidur_synthetic":  # the same lengths; Vidur names the rate qps
+            size = ["workload.num_requests=12", "workload.arrivals.qps=4", "engine.max_model_len=4096"]
         cases[f"workload={name}"] = [f"workload={name}", *size]
     for cost in ("roofline", "operators"):
         cases[f"clock.cost={cost}"] = ["clock.hardware=a100", f"clock.cost={cost}", *SMALL]
