@@ -60,16 +60,17 @@ def forge_overrides(path: Path, replicas: int, router: str) -> list[str]:
 
 def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
     """forge's per-request columns for one run (``request_id``, ``ttft``, ``tpot``, ``e2e``, ``replica`` if any)."""
+    from hydra.errors import HydraException
+
     from forge.config import ConfigError, compose_config
     from forge.engine.build import build_engine, workload_requests
 
     try:
         cfg = compose_config(overrides)
-    except ConfigError as err:
+    except (ConfigError, HydraException) as err:
         if any(o.startswith("cluster.") for o in overrides):
-            raise SystemExit(
-                f"this forge cannot run the reference's replicas (issue 32's cluster feature): {err}"
-            ) from err
+            first = str(err).splitlines()[0]
+            raise SystemExit(f"this forge cannot run the reference's replicas (issue 32's cluster): {first}") from err
         raise
     engine = build_engine(cfg)
     engine.run(workload_requests(cfg, engine))
