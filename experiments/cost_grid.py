@@ -7,7 +7,7 @@
   source checkout): forge's per-layer GEMMs + small operators (``clock.cost=operators``, A100) against the
   sum of the profile's medians (the layer's GEMMs, norms, RoPE, activation, residual add) at 1-4,096 tokens;
 - **whole steps** (where Vidur's predictor runs: ``--vidur-python``, a venv laid out by
-  ``benchmarks/vidur_setup.sh``): ``shapes()``, >= 500 shapes in three regions (prefill chunks of 16-4,096
+  ``benchmarks/vidur_setup.sh``): ``shapes()``, 506 shapes in three regions (prefill chunks of 16-4,096
   tokens after 0-3,072 cached tokens, 1-8 prompts per step; decode batches of 1-256 at context 64-4,096;
   mixed steps: a chunk beside 4-127 decodes), forge's ``step_time`` against Vidur's predicted model time
   (``experiments/vidur_predict.py``).
@@ -44,7 +44,8 @@ def shapes() -> list[tuple[str, str, BatchShape]]:
     for q in CHUNKS:
         for cached in CACHED:
             for n in (1, 2, 4, 8):
-                if q + cached <= 4096 and n * q <= 4096:
+                # Vidur looks several chunks up at their summed cached context: <= 4,096 is its table
+                if q + cached <= 4096 and n * q <= 4096 and n * cached <= 4096:
                     label = f"{n} x chunk {q} after {cached}"
                     out.append(("prefill", label, BatchShape([q] * n, [cached + q] * n, n)))
     for b in DECODE_BATCH:

@@ -8,8 +8,10 @@ Runs under Vidur's venv from Vidur's source checkout (``benchmarks/vidur_setup.s
 SHAPES.json: a list of ``{"query_lens": [...], "seq_lens": [...]}`` (forge's ``BatchShape``: new tokens
 and context after the step, per request; a query of 1 is a decode). OUT.json: Vidur's model time of
 each (seconds; ``ExecutionTime.model_time``: every layer, no CPU overheads, as Vidur simulates by
-default). A decode at context s after the step is a request Vidur has processed s - 1 tokens of; a
-prefill chunk of q tokens ending at s is one with s - q tokens processed and its prefill not complete."""
+default; its table extended to 256 decodes). A decode at context s after the step is a request Vidur
+has processed s - 1 tokens of; a prefill chunk of q tokens ending at s is one with s - q tokens
+processed and its prefill not complete. Several chunks are looked up at their summed cached context
+(Vidur's aggregation), which its table holds up to 4,096 tokens: the grid stays within it."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ def predictor() -> Any:
     sys.argv = ["vidur", "--replica_config_model_name=meta-llama/Llama-2-7b-hf", "--replica_config_device=a100"]
     sys.argv += ["--replica_scheduler_config_type=vllm", "--vllm_scheduler_config_batch_size_cap=128"]
     sys.argv += ["--vllm_scheduler_config_max_tokens_in_batch=4096", "--metrics_config_output_dir=/tmp/vidur-predict"]
+    # its table of predictions stops at 128 decodes by default; the grid asks up to 256 (its profile ends at
+    # 128: its forests hold the last measured values beyond)
+    sys.argv += ["--random_forrest_execution_time_predictor_config_prediction_max_batch_size=256"]
     config = SimulationConfig.create_from_cli_args()
     return ExecutionTimePredictorRegistry.get(
         config.execution_time_predictor_config.get_type(),

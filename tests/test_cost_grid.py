@@ -21,6 +21,7 @@ def test_the_grid_spans_the_regions_issue_35_names() -> None:
     assert {s.seq_lens[0] - s.query_lens[0] for s in prefill} == set(cost_grid.CACHED)
     assert min(s.query_lens[0] for s in prefill) == 16 and max(s.query_lens[0] for s in prefill) == 4096
     assert all(sum(s.query_lens) <= 4096 and max(s.seq_lens) <= 4096 for s in prefill)
+    assert all(sum(s.seq_lens) - sum(s.query_lens) <= 4096 for s in prefill)  # Vidur's table of cached context
     decode = regions["decode"]
     assert {len(s.query_lens) for s in decode} == set(cost_grid.DECODE_BATCH) == {*cost_grid.DECODE_BATCH, 1, 256}
     assert {s.seq_lens[0] for s in decode} == set(cost_grid.CONTEXT)
