@@ -159,3 +159,20 @@ def test_vidur_itself_draws_the_same_200_requests(tmp_path: Path) -> None:
     ours += ["workload.lengths.prefill_to_decode_ratio=3", *GAMMA[:1], "workload.arrivals.qps=7"]
     ours += ["workload.arrivals.cv=0.7"]
     assert workload(ours, 200).draws() == vidur
+
+
+@pytest.mark.skipif(
+    not (VIDUR_VENV / "bin/python").is_file() or not (VIDUR_SRC / "vidur/request_generator").is_dir(),
+    reason="Vidur is not laid out here (benchmarks/vidur_setup.sh)",
+)
+def test_vidurs_poisson_arrivals_at_qps_10_are_both_workloads_bit_for_bit(tmp_path: Path) -> None:
+    flags = [
+        "--synthetic_request_generator_config_num_requests=2000",
+        "--poisson_request_interval_generator_config_qps=10",
+    ]
+    cmd = [str(VIDUR_VENV / "bin/python"), "-c", VIDUR_GEN, json.dumps(flags), str(tmp_path)]
+    out = subprocess.run(cmd, cwd=VIDUR_SRC, capture_output=True, text=True, check=True, timeout=300).stdout
+    vidur = [row[0] for row in json.loads(out.strip().splitlines()[-1])]
+    assert [t for t, *_ in workload(["workload.arrivals.qps=10"], 2000).draws()] == vidur
+    cfg = compose_config(["workload=vidur_poisson", "workload.num_requests=2000", "workload.arrivals.rate=10"])
+    assert [s.arrival_time for s in instantiate(cfg.workload).requests(ByteTokenizer())] == vidur
