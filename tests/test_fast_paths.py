@@ -46,7 +46,7 @@ def option_cases() -> dict[str, list[str]]:
     for name in shipped_options("sampling"):
         cases[f"sampling={name}"] = [f"sampling={name}", *SMALL]
     for name in shipped_options("workload"):
-        if name == "trace":  # needs a file: trace_case
+        if name in ("trace", "vidur_trace"):  # need a file: trace_case (vidur_trace: tests/test_vidur_trace.py)
             continue
         size = ["workload.num_requests=24"] if name in ("fixed", "shared_prefix") else SMALL
         if name == "vidur_poisson":  # its prompts: 2,048 tokens, outputs 512
