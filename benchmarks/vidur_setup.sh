@@ -37,9 +37,10 @@ fi
 
 mkdir -p "$SRC"
 paths=(vidur "$PROFILE/mlp.csv" data/profiling/network/a100_pairwise_nvlink)
-git --git-dir="$MIRROR" archive HEAD "${paths[@]}" | tar -x -C "$SRC"
+# (git names the snapshot's absent LFS blobs it passes on the way: not an error for these paths)
+git --git-dir="$MIRROR" archive HEAD "${paths[@]}" 2> >(grep -v "^error: invalid object" >&2) | tar -x -C "$SRC"
 cp "$ATTENTION" "$SRC/$PROFILE/attention.csv"
 git --git-dir="$MIRROR" rev-parse HEAD > "$SRC/MIRROR_COMMIT"
 # the checkout's source is the vidur the venv imports
-(cd "$SRC" && "$VENV/bin/python" -c "import vidur, os; assert os.path.dirname(vidur.__file__) == os.path.abspath('vidur')")
+(cd "$SRC" && "$VENV/bin/python" -c "import vidur.main, os; assert vidur.main.__file__ == os.path.abspath('vidur/main.py')")
 echo "vidur ready: cd $SRC && $VENV/bin/python -m vidur.main ... (source at $(cat "$SRC/MIRROR_COMMIT"))"
