@@ -25,6 +25,7 @@ import glob
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def main() -> None:
     sys.path.insert(0, os.getcwd())  # Vidur's source checkout, not this script's directory
     if not Path("data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/attention.csv").is_file():
         sys.exit("vidur_reference: run it from Vidur's source checkout (benchmarks/vidur_setup.sh lays one out)")
-    flags = vidur_args(a, str(a.out.parent / f".vidur-{a.out.stem}"))
+    flags = vidur_args(a, tempfile.mkdtemp(prefix=f"vidur-{a.out.stem}-"))  # Vidur's own output: not in the repo
     cpu = os.times()
     requests, replica_of, out_dir = run_vidur(flags)
     after = os.times()
