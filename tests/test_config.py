@@ -20,6 +20,7 @@ NEEDS_EXTERNAL: dict[tuple[str, str], str] = {
     ("model", "safetensors"): "model.path",
     ("clock", "profiled"): "clock.profile",
     ("workload", "trace"): "workload.path",
+    ("workload", "vidur_trace"): "workload.path",
 }
 
 

@@ -46,13 +46,15 @@ def option_cases() -> dict[str, list[str]]:
     for name in shipped_options("sampling"):
         cases[f"sampling={name}"] = [f"sampling={name}", *SMALL]
     for name in shipped_options("workload"):
-        if name == "trace":  # needs a file: trace_case
+        if name in ("trace", "vidur_trace"):  # need a file: trace_case (vidur_trace: tests/test_vidur_trace.py)
             continue
         size = ["workload.num_requests=24"] if name in ("fixed", "shared_prefix") else SMALL
         if name == "vidur_poisson":  # its prompts: 2,048 tokens, outputs 512
             size = ["workload.num_requests=12", "workload.arrivals.rate=4", "engine.max_model_len=4096"]
         if name.startswith("azure_"):  # the shipped traces: their first 30 rows, replayed 20x faster
             size = ["workload.max_requests=30", "workload.time_scale=0.05"]
+        if name == "vidur_synthetic":  # the same lengths; Vidur names the rate qps
+            size = ["workload.num_requests=12", "workload.arrivals.qps=4", "engine.max_model_len=4096"]
         cases[f"workload={name}"] = [f"workload={name}", *size]
     for cost in ("roofline", "operators"):
         cases[f"clock.cost={cost}"] = ["clock.hardware=a100", f"clock.cost={cost}", *SMALL]

@@ -25,7 +25,7 @@ def vidur_arrival_times(qps: float, num_requests: int, seed: int = 42) -> list[f
         times, t = [], 0.0
         for _ in range(num_requests):
             interval = -math.log(1.0 - random.random()) / qps
-            t += min(interval, 3.0 / qps)
+            t += min(interval, (1.0 / qps) * 3.0)  # max_interval = std * 3.0, std = 1.0 / qps
             times.append(t)
         return times
     finally:
@@ -55,6 +55,17 @@ def test_vidurs_ten_thousand_requests_at_10_per_s_arrive_within_949_s() -> None:
     assert max(b - a for a, b in itertools.pairwise([0.0, *times])) == pytest.approx(0.3)
     assert times[-1] == pytest.approx(10_000 * (1 - math.exp(-3)) / 10, rel=0.01)
     assert 947 < times[-1] < 949  # Vidur's run of this trace lasts 949.8 s: its last arrival + one request
+
+
+class AlmostOne(random.Random):
+    def random(self) -> float:
+        return 1.0 - 2.0**-53  # a gap of -log(2^-53) / qps: far past the cap
+
+
+@pytest.mark.parametrize("qps", [10.0, 7.0, 6.0, 0.3])
+def test_a_capped_gap_is_vidurs_max_interval_bit_for_bit(qps: float) -> None:
+    """Vidur: std = 1.0 / qps, max_interval = std * 3.0 (at qps 10: 0.30000000000000004, not 3 / 10)."""
+    assert VidurPoisson(qps).gap(AlmostOne()) == (1.0 / qps) * 3.0
 
 
 def test_seeds_and_rates() -> None:

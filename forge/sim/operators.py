@@ -40,6 +40,7 @@ class OperatorConstants:
     decode_attn_bw_efficiency: float | None = None
     decode_attn_half_context: float | None = None
     decode_attn_profile: DecodeAttentionProfile | None = None
+    prefill_cached_attn_flops_efficiency: float | None = None
 
     @classmethod
     def load(cls, hardware: str, directory: Path = HARDWARE_DIR) -> OperatorConstants:
@@ -53,6 +54,7 @@ class OperatorConstants:
         data = yaml.safe_load(path.read_text())
         names = {f.name for f in fields(cls)}
         optional = {"step_overhead_s", "decode_attn_profile", "decode_attn_bw_efficiency", "decode_attn_half_context"}
+        optional |= {"prefill_cached_attn_flops_efficiency"}
         missing = sorted(names - set(data) - optional)
         unknown = sorted(set(data) - names)
         if missing or unknown:
@@ -65,6 +67,10 @@ class OperatorConstants:
             raise ValueError(f"{path}: {err}") from None
 
     def __post_init__(self) -> None:
+        for name in ("prefill_attn_flops_efficiency", "prefill_cached_attn_flops_efficiency"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
         curve = (self.decode_attn_bw_efficiency, self.decode_attn_half_context)
         table_only = self.decode_attn_profile is not None and curve == (None, None)
         if not table_only and (self.decode_attn_profile is not None or None in curve):
@@ -92,7 +98,10 @@ class OperatorCostModel(SummedCostModel):
       (short contexts do too little work per thread block to reach the bandwidth);
     - prefill attention: causal (query, key) pairs at ``prefill_attn_flops_efficiency`` of peak. With
       one efficiency this equals Vidur's lookup of several prompts as one of length sqrt(Σq²):
-      Σ q²/2 pairs either way;
+      Σ q²/2 pairs either way. The pairs whose keys were cached before the step (a chunk after
+      earlier chunks or a prefix-cache hit: Σ q·start) run at ``prefill_cached_attn_flops_efficiency``
+      where a preset gives one (a dense block of keys, no causal mask: the kernel runs near its
+      peak; on Vidur's A100 profile 3x the masked part's efficiency), else at the causal one;
     - small operators (norms, RoPE, activation, residual add): a floor plus a cost per token;
     - with N > 1, two all-reduces of the step's hidden states (after attention and after the MLP).
 
@@ -124,6 +133,10 @@ class OperatorCostModel(SummedCostModel):
         self.kv_heads = kv_heads  # on one GPU
         self.kv_bytes = 2 * kv_heads * d.head_dim * d.kv_value_bytes  # per token of context, per layer
         self.pair_flop_s = 4 * (d.num_heads // n) * d.head_dim / (c.peak_flops * c.prefill_attn_flops_efficiency)
+        cached_eff = c.prefill_cached_attn_flops_efficiency
+        self.cached_pair_flop_s = (
+            None if cached_eff is None else self.pair_flop_s * c.prefill_attn_flops_efficiency / cached_eff
+        )
         self.hidden_bytes = d.hidden_size * bpp
         profile = c.decode_attn_profile
         self._grid = None if profile is None else profile.at(c.mem_bw)
@@ -167,7 +180,11 @@ class OperatorCostModel(SummedCostModel):
         t = terms.dense
         if s.num_decodes:
             t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
-        t += self.pair_flop_s * s.prefill_pairs
+        cached, cached_s = s.prefill_cached_pairs, self.cached_pair_flop_s
+        if cached and cached_s is not None:  # else the bits of the one-efficiency sum
+            t += self.pair_flop_s * (s.prefill_pairs - cached) + cached_s * cached
+        else:
+            t += self.pair_flop_s * s.prefill_pairs
         if self.tp > 1:
             t += terms.all_reduces
         return t

@@ -15,7 +15,8 @@ from forge.sim.cost_model import BatchShape, CostModel, FastCostModel
 class StepSums:
     """A row of one new token is a decode (context ``s`` after the step); any other row is a prefill
     chunk of ``q`` tokens ending at ``s``. ``prefill_pairs``: Σ q·(s − (q − 1)/2), the (query, key)
-    pairs of causal attention; ``prefill_query_sq``: Σ q²."""
+    pairs of causal attention; ``prefill_query_sq``: Σ q²; ``prefill_cached_pairs``: Σ q·(s − q), the
+    part of ``prefill_pairs`` whose keys were cached before the step (earlier chunks, prefix hits)."""
 
     tokens: int
     num_decodes: int
@@ -24,10 +25,11 @@ class StepSums:
     prefill_query_sq: int
     prefill_pairs: float
     num_sampled: int
+    prefill_cached_pairs: int = 0
 
     @classmethod
     def of_batch(cls, batch: BatchShape) -> StepSums:
-        dec = dec_ctx = pre = qsq = 0
+        dec = dec_ctx = pre = qsq = cached = 0
         pairs = 0.0
         for q, s in zip(batch.query_lens, batch.seq_lens, strict=True):
             if q == 1:
@@ -37,14 +39,15 @@ class StepSums:
                 pre += 1
                 qsq += q * q
                 pairs += q * (s - (q - 1) / 2)
-        return cls(sum(batch.query_lens), dec, dec_ctx, pre, qsq, pairs, batch.num_sampled)
+                cached += q * (s - q)
+        return cls(sum(batch.query_lens), dec, dec_ctx, pre, qsq, pairs, batch.num_sampled, cached)
 
     @classmethod
     def of_sched(cls, sched: SchedulerOutput) -> StepSums:
         starts = sched.decodes.starts
         dec = len(starts)
         dec_ctx = sum(starts) + dec
-        pre = qsq = sampled = 0
+        pre = qsq = sampled = cached = 0
         pairs = 0.0
         for c in sched.chunks:
             q, end = c.num_tokens, c.start + c.num_tokens
@@ -56,7 +59,8 @@ class StepSums:
                 pre += 1
                 qsq += q * q
                 pairs += q * (end - (q - 1) / 2)
-        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts))
+                cached += q * c.start
+        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts), cached)
 
 
 class SummedCostModel(CostModel, FastCostModel):

@@ -38,4 +38,5 @@ class VidurPoisson(Arrivals):
         return random.Random(self.seed)
 
     def gap(self, rng: random.Random) -> float:
-        return min(-math.log(1.0 - rng.random()) / self.rate, 3.0 / self.rate)
+        # Vidur's max_interval: std * 3.0, std = 1.0 / qps (not always 3.0 / qps: 0.30000000000000004 at qps 10)
+        return min(-math.log(1.0 - rng.random()) / self.rate, 1.0 / self.rate * 3.0)

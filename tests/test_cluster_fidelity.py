@@ -1,0 +1,114 @@
+"""experiments/cluster_fidelity.py: forge replays a Vidur reference (its requests, replicas and
+per-request metrics) and tables forge ÷ Vidur; the Vidur half (experiments/vidur_reference.py) runs
+only where benchmarks/vidur_setup.sh laid Vidur out, and its test skips elsewhere."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import cluster_fidelity as cf
+
+REPO = Path(__file__).resolve().parent.parent
+VIDUR_VENV = Path(os.environ.get("VIDUR_VENV", "/work/vidur-venv"))
+VIDUR_SRC = Path(os.environ.get("VIDUR_SRC", "/work/vidur-src"))
+
+
+def write_reference(path: Path, n: int = 12, scale: float = 1.0, replicas: int = 1) -> None:
+    """A reference whose 'Vidur' metrics are forge's own on the same requests, times ``scale``."""
+    rows = [
+        {"request_id": f"req-{i:06d}", "arrival_time": 0.05 * i, "input_len": 256 + 32 * i, "output_len": 8 + i}
+        for i in range(n)
+    ]
+    fields = ["request_id", "arrival_time", "input_len", "output_len"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    forge = cf.simulate(cf.forge_overrides(path, 1, "round_robin"))
+    order = {rid: i for i, rid in enumerate(forge["request_id"])}
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(cf.REF_COLUMNS))
+        w.writeheader()
+        for r in rows:
+            i = order[r["request_id"]]
+            m = {f"{k}_s": repr(float(forge[k][i]) * scale) for k in cf.METRICS}
+            w.writerow({**r, "replica": 0, **m})
+    flags = [f"--cluster_config_num_replicas={replicas}", "--global_scheduler_config_type=round_robin"]
+    path.with_suffix(".json").write_text(json.dumps({"vidur_flags": flags}))
+
+
+def test_forge_against_its_own_metrics_is_one_and_against_half_is_two(tmp_path: Path) -> None:
+    same, half = tmp_path / "same.csv", tmp_path / "half.csv"
+    write_reference(same)
+    write_reference(half, scale=0.5)
+    rows = [cf.compare(same), cf.compare(half)]
+    for key in ("mean_ttft", "p90_ttft", "mean_tpot", "p90_tpot", "mean_e2e", "p90_e2e"):
+        assert rows[0][key] == pytest.approx(1.0, rel=1e-12)
+        assert rows[1][key] == pytest.approx(2.0, rel=1e-12)
+    cf.main([str(same), str(half), "--out", str(tmp_path / "out")])
+    md = (tmp_path / "out" / "fidelity.md").read_text()
+    assert "6 of 12 metrics within 10% of Vidur's; the furthest is 100% off." in md
+    assert "| same.csv | 1 | round_robin | 12 | 1.00 |" in md
+
+
+def test_requests_are_matched_by_id_not_by_row_order(tmp_path: Path) -> None:
+    path = tmp_path / "ref.csv"
+    write_reference(path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], *reversed(lines[1:])]) + "\n")  # same requests, rows reversed
+    assert cf.compare(path)["p90_ttft"] == pytest.approx(1.0, rel=1e-12)
+    forge = {"request_id": np.array(["a", "b"]), "replica": np.array([0, 1]), "ttft": np.array([1.0, 3.0])}
+    forge |= {"tpot": np.array([5.0, 3.0]), "e2e": forge["ttft"]}
+    ref = {"request_id": np.array(["b", "a"]), "replica": np.array([1, 0]), "ttft_s": np.array([3.0, 2.0])}
+    ref |= {"tpot_s": np.array([3.0, np.nan]), "e2e_s": np.array([3.0, 2.0])}  # a: one output token, no TPOT
+    got = cf.ratios(forge, ref)
+    assert got["same_replica"] == 1.0  # b on replica 1 and a on 0 in both
+    assert got["mean_tpot"] == 1.0  # b's 3.0 against b's 3.0; a left out on both sides
+    assert got["mean_ttft"] == pytest.approx(4.0 / 5.0)
+
+
+def test_a_reference_missing_a_column_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "ref.csv"
+    path.write_text("request_id,arrival_time,input_len,output_len,replica,ttft_s,e2e_s\nreq-0,0,16,4,0,0.1,0.2\n")
+    with pytest.raises(ValueError, match=r"ref.csv: not a Vidur reference \(missing columns \['tpot_s'\]"):
+        cf.read_reference(path)
+
+
+def test_several_replicas_run_forge_with_its_cluster_and_the_matching_router(tmp_path: Path) -> None:
+    path = tmp_path / "ref.csv"
+    path.write_text("x\n")
+    path.with_suffix(".json").write_text(
+        json.dumps({"vidur_flags": ["--cluster_config_num_replicas=4", "--global_scheduler_config_type=lor"]})
+    )
+    replicas, router = cf.vidur_setup(path)
+    assert (replicas, router) == (4, "lor")
+    overrides = cf.forge_overrides(path, replicas, router)
+    assert overrides[-4:-2] == ["cluster.replicas=4", "router=vidur_lor"]
+    assert not any(o.startswith("cluster.") for o in cf.forge_overrides(path, 1, "round_robin"))
+    with pytest.raises(ValueError, match="global scheduler 'least_loaded' has no forge router"):
+        cf.forge_overrides(path, 2, "least_loaded")
+
+
+@pytest.mark.skipif(
+    not (VIDUR_VENV / "bin" / "python").is_file()
+    or not (VIDUR_SRC / "MIRROR_COMMIT").is_file(),  # written by the setup script once attention.csv checks out
+    reason="Vidur is not laid out here (benchmarks/vidur_setup.sh)",
+)
+def test_vidur_reference_exports_vidur_requests_and_metrics(tmp_path: Path) -> None:
+    out = tmp_path / "rr2.csv"
+    cmd = [str(VIDUR_VENV / "bin/python"), str(REPO / "experiments/vidur_reference.py"), "--replicas=2"]
+    cmd += ["--qps=4", "--num-requests=20", f"--out={out}"]
+    subprocess.run(cmd, cwd=VIDUR_SRC, check=True, timeout=1800, stdout=sys.stderr)
+    ref = cf.read_reference(out)
+    assert list(ref["replica"]) == [i % 2 for i in range(20)]
+    assert (np.diff(ref["arrival_time"]) > 0).all() and (ref["input_len"] == 512).all()
+    assert (ref["e2e_s"] > ref["ttft_s"]).all()
+    assert cf.vidur_setup(out) == (2, "round_robin")
