@@ -22,6 +22,8 @@ STUDIES = (
     "kv_sharing",
     "kv_memory",
     "routing",
+    "disaggregation",
+    "gpu_capacity",
 )
 REPO = Path(__file__).resolve().parent.parent
 

@@ -121,3 +121,24 @@ def test_routing_study_tiny_reports_every_router_over_seeds(tmp_path) -> None:
     rr = res[(res["workload"] == "shared_prefix") & (res["router"] == "round_robin")].iloc[0]
     assert aware["hit_rate"] > rr["hit_rate"]  # the cache-aware router finds the prefixes it sent
     assert " ± " in (tmp_path / "README.md").read_text() and (tmp_path / "routing.png").stat().st_size > 0
+
+
+def test_disaggregation_study_tiny_compares_layouts_by_goodput_per_gpu(tmp_path) -> None:
+    from experiments.run import main
+
+    main(["disaggregation", "--size", "tiny", "--out", str(tmp_path)])
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert set(res["layout"]) == {"4 co-located", "2P+2D"} and (res["goodput_per_gpu"] > 0).all()
+    per_window = pd.read_csv(tmp_path / "results_per_window.csv")
+    assert (per_window["gpus"] == 4).all() and (per_window["missed_at"] > per_window["rate"]).all()
+    assert "best goodput per GPU" in (tmp_path / "README.md").read_text()
+
+
+def test_gpu_capacity_study_tiny_checks_its_replica_count(tmp_path) -> None:
+    from experiments.run import main
+
+    main(["gpu_capacity", "--size", "tiny", "--out", str(tmp_path)])
+    per_window = pd.read_csv(tmp_path / "results_per_window.csv")
+    assert (per_window["attainment_at_n"] >= 0.9).all()  # the replica count found meets the SLO when run
+    ok_below = per_window["attainment_at_n_minus_1"].isna() | (per_window["attainment_at_n_minus_1"] < 0.9)
+    assert ok_below.all() and (per_window["gpus_needed"] == per_window["replicas"] * per_window["tp"]).all()
