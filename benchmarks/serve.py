@@ -30,11 +30,13 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from benchmarks.serve_report import write_outputs
 from benchmarks.sse_client import HTTPStatusError, SSEClient
-from forge.config import compose_config
+from forge.cli import compose_errors_as_config_errors, hydra_error_line
+from forge.config import ConfigError, compose_config
 from forge.errors import ENVIRONMENT_EXIT_CODE as ENV
 from forge.errors import CommandError, run_main
 from forge.tokenizers.base import Tokenizer
@@ -190,6 +192,16 @@ def server_view(
     return {"server_mean_ttft_ms": server_ms, "client_minus_server_ttft_ms": client_mean_ms - server_ms}
 
 
+def build_workload(overrides: list[str]) -> Workload:
+    """The workload option with ``--set``'s overrides; one it cannot build is a one-line ``ConfigError``."""
+    try:
+        with compose_errors_as_config_errors():
+            workload: Workload = instantiate(compose_config(overrides).workload)
+            return workload
+    except InstantiationException as exc:
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
 def parse_goodput(items: list[str]) -> dict[str, float]:
     slos = {}
     for item in items:
@@ -281,8 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     overrides = [f"workload={args.workload}", f"seed={args.seed}", *args.set]
     if args.num_prompts:
         overrides.append(f"workload.num_requests={args.num_prompts}")
-    cfg = compose_config(overrides)
-    workload: Workload = instantiate(cfg.workload)
+    workload = build_workload(overrides)
     specs = workload.requests(RemoteTokenizer(url, card, headers))
     max_len = int(card.get("max_model_len") or 1 << 30)
     prompts = [s.prompt_token_ids[: max_len - 1] for s in specs]

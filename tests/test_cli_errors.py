@@ -60,6 +60,7 @@ def closed_port() -> int:
 # (case, command after `forge` or a module, exit status, text the line names)
 BATCH = [sys.executable, "-m", "forge.batch"]
 ENV = ENVIRONMENT_EXIT_CODE
+BENCH_KEYED = [*FORGE, "bench", "serve", "--url", "{url}", "--api-key", KEY]
 CASES = [
     ("run: no such model option", [*FORGE, "run", "model=tinyy"], INPUT_EXIT_CODE, "model=tinyy: no such option"),
     ("serve: port out of range (flag)", [*FORGE, "serve", "tiny", "--port", "99999"], INPUT_EXIT_CODE, "99999"),
@@ -72,6 +73,7 @@ CASES = [
     ("bench serve: unreachable", [*FORGE, "bench", "serve", "--url", "{dead}"], ENV, "cannot reach"),
     ("bench serve: no key", [*FORGE, "bench", "serve", "--url", "{url}"], ENV, "give --api-key KEY"),
     ("bench serve: wrong key", [*FORGE, "bench", "serve", "--url", "{url}", "--api-key", "x"], ENV, "not one it"),
+    ("bench serve: bad --set", [*BENCH_KEYED, "--set", "workload.output_len.high=4"], INPUT_EXIT_CODE, "1 <= low"),
     ("batch: unknown model", [*BATCH, "{tmp}/in.jsonl", "{tmp}/o", "model=tinyy"], INPUT_EXIT_CODE, "no such option"),
     ("batch: missing input", [*BATCH, "{tmp}/nope.jsonl", "{tmp}/o"], INPUT_EXIT_CODE, "cannot read"),
 ]
