@@ -37,8 +37,8 @@ from benchmarks.serve_report import write_outputs
 from benchmarks.sse_client import HTTPStatusError, SSEClient
 from forge.cli import compose_errors_as_config_errors, hydra_error_line
 from forge.config import ConfigError, compose_config
-from forge.errors import ENVIRONMENT_EXIT_CODE as ENV
-from forge.errors import CommandError, run_main
+from forge.core.errors import ENVIRONMENT_EXIT_CODE as ENV
+from forge.core.errors import CommandError, run_main
 from forge.tokenizers.base import Tokenizer
 from forge.workloads.synthetic import Workload
 

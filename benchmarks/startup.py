@@ -32,7 +32,7 @@ import httpx
 
 from benchmarks.child_server import child_server
 from benchmarks.machine import cpu_model
-from forge.errors import run_main
+from forge.core.errors import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("python", "import forge", "import forge.llm", "import forge.server.app", "model load", "first token")

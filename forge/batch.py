@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from forge.cli import hydra_error_line
 from forge.config import CONF_DIR, ConfigError, register_schema
-from forge.errors import INPUT_EXIT_CODE, full_errors_wanted
+from forge.core.errors import INPUT_EXIT_CODE, full_errors_wanted
 from forge.server.app import app_from_config
 from forge.server.batch_lines import BatchLine, Handler, error_record, is_success, read_lines, run_line
 

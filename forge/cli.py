@@ -16,10 +16,10 @@ key; forge/server/config_sources.py): flags > environment > YAML > defaults. ``F
 is the key ``POST /shutdown`` needs.
 
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
-and the command exits with status 2; the other expected failures (``forge.errors.CommandError``: an
+and the command exits with status 2; the other expected failures (``forge.core.errors.CommandError``: an
 input that is not what the command reads, exit 2; a server that cannot be reached or refuses the key,
 a port in use, no Ray cluster, exit 3) are one line too; ``FORGE_FULL_ERROR=1`` (or
-``HYDRA_FULL_ERROR=1``) shows the traceback (docs/errors.md).
+``HYDRA_FULL_ERROR=1``) shows the traceback (docs/errors-and-outputs.md).
 
 The benchmark clients live in the checkout's ``benchmarks/`` package, not in the installed ``forge``
 package: forge is installed editable from its checkout (``conf/``, the Hydra config every command
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from forge.config import CONF_DIR, ConfigError
-from forge.errors import CommandError, exit_on_expected_error, exit_with_line, full_errors_wanted
-from forge.port_check import check_port_free
+from forge.core.errors import CommandError, exit_on_expected_error, exit_with_line, full_errors_wanted
+from forge.server.port_check import check_port_free
 
 CONFIG_ERROR_EXIT_CODE = 2
 USAGE_EXIT_CODE = 2
@@ -147,7 +147,7 @@ def run_app(argv: Sequence[str]) -> None:
         hydra_cfg = HydraConfig.get()
         try:
             _run_job(cfg, Path(hydra_cfg.runtime.output_dir))
-        except (ConfigError, CommandError) as exc:
+        except CommandError as exc:  # ConfigError included
             if hydra_cfg.mode == RunMode.MULTIRUN or full_errors:
                 raise
             exit_with_line(exc)
@@ -160,7 +160,7 @@ def run_app(argv: Sequence[str]) -> None:
     try:
         job()
     except CommandError as exc:  # the launcher's (no Ray cluster): one line, as a job's would be
-        if full_errors:
+        if full_errors or isinstance(exc, ConfigError):  # a sweep job's ConfigError fails as any error does
             raise
         exit_with_line(exc)
     except Exception as exc:
@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     try:
         COMMANDS[args[0]](args[1:])
-    except (ConfigError, CommandError) as exc:
+    except CommandError as exc:  # ConfigError included
         exit_on_expected_error(exc)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forge.config import ConfigError, compose_config
-from forge.errors import ENVIRONMENT_EXIT_CODE, INPUT_EXIT_CODE
+from forge.core.errors import ENVIRONMENT_EXIT_CODE, INPUT_EXIT_CODE
 from forge.llm import LLM
 from forge.server.app import app_from_config
 from forge.server.background import BackgroundServer

@@ -17,7 +17,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 
-from forge.errors import ENVIRONMENT_EXIT_CODE, CommandError
+from forge.core.errors import ENVIRONMENT_EXIT_CODE, CommandError
 from forge.results.launcher import JobArgs, SweepLauncher, execute_job
 
 log = logging.getLogger(__name__)

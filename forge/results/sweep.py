@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from forge.errors import CommandError, run_main
+from forge.core.errors import CommandError, run_main
 from forge.results.sweep_context import launch_lines, run_warnings, sweep_title
 from forge.results.sweep_plots import cdf_figure, coincidence_note, curves, kv_figure, metric_figure
 from forge.results.sweep_stats import SEED_KEY, aggregate, coinciding, config_axes, format_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from forge.errors import ENVIRONMENT_EXIT_CODE, CommandError
+from forge.core.errors import ENVIRONMENT_EXIT_CODE, CommandError
 
 
 def check_port_free(host: str, port: int) -> None:
