@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serve import machine_name
+from benchmarks.serve_report import machine_name
 from forge.structured.base import ConstraintSpec, GrammarError, GrammarTooLarge, StructuredBackend
 from forge.structured.compile_pool import CompilePool
 from forge.structured.outlines_backend import DFAGrammar, OutlinesBackend

@@ -10,7 +10,9 @@ Prompts and output lengths come from the forge workload option (``conf/workload/
 plus ``--set key=value`` overrides); arrivals from ``--request-rate`` (Poisson, or gamma with
 ``--burstiness``; ``inf`` = all at once), or the workload's own arrival times if no rate is given.
 Each request streams ``/v1/completions`` with the prompt's token ids, ``max_tokens`` = the drawn
-output length and ``ignore_eos``. Writes requests.parquet, summary.json and report.md (+ plots).
+output length and ``ignore_eos``. Writes requests.parquet, summary.json and report.md (+ plots) to
+``--output-dir`` (default ``outputs/bench/serve-<date>-<time>``, git-ignored; the committed
+``reports/serve/`` only when named); the ``--api-key`` value is written as ``***``.
 """
 
 from __future__ import annotations
@@ -23,17 +25,20 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pandas as pd
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from benchmarks.machine import cpu_model
+from benchmarks.serve_report import write_outputs
 from benchmarks.sse_client import HTTPStatusError, SSEClient
-from forge.config import compose_config
+from forge.cli import compose_errors_as_config_errors, hydra_error_line
+from forge.config import ConfigError, compose_config
+from forge.core.errors import ENVIRONMENT_EXIT_CODE as ENV
+from forge.core.errors import CommandError, run_main
 from forge.tokenizers.base import Tokenizer
 from forge.workloads.synthetic import Workload
 
@@ -187,6 +192,16 @@ def server_view(
     return {"server_mean_ttft_ms": server_ms, "client_minus_server_ttft_ms": client_mean_ms - server_ms}
 
 
+def build_workload(overrides: list[str]) -> Workload:
+    """The workload option with ``--set``'s overrides; one it cannot build is a one-line ``ConfigError``."""
+    try:
+        with compose_errors_as_config_errors():
+            workload: Workload = instantiate(compose_config(overrides).workload)
+            return workload
+    except InstantiationException as exc:
+        raise ConfigError(hydra_error_line(exc)) from None
+
+
 def parse_goodput(items: list[str]) -> dict[str, float]:
     slos = {}
     for item in items:
@@ -232,42 +247,26 @@ def summarize(results: list[Result], duration: float, slos: dict[str, float]) ->
     return out
 
 
-def write_report(out_dir: Path, frame: pd.DataFrame, summary: dict[str, Any], meta: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = frame[frame["success"]]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    ttft = np.sort(ok["ttft"].to_numpy() * 1e3)
-    axes[0].plot(ttft, np.arange(1, len(ttft) + 1) / max(len(ttft), 1))
-    axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT CDF")
-    itl = np.asarray([x for lst in ok["itl"] for x in lst]) * 1e3
-    axes[1].hist(itl, bins=50)
-    axes[1].set(xlabel="ITL (ms)", ylabel="count", title="inter-token latency")
-    axes[2].scatter(ok["send_time"], ok["e2el"] * 1e3, s=6)
-    axes[2].set(xlabel="send time (s)", ylabel="E2EL (ms)", title="E2E latency over the run")
-    fig.tight_layout()
-    fig.savefig(out_dir / "latency.png", dpi=110)
-    plt.close(fig)
-    lines = ["# Serving benchmark", "", "```", " ".join(meta["argv"]), "```", ""]
-    lines += [f"- {k}: {v}" for k, v in meta.items() if k != "argv"]
-    lines += ["", "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in summary.items()]
-    lines += ["", "![latency](latency.png)", ""]
-    (out_dir / "report.md").write_text("\n".join(lines))
-
-
-def machine_name() -> str:
-    """``lscpu``'s model name and the core count (as reports cite the machine)."""
-    import os
-
-    return f"{cpu_model()}, {os.cpu_count()} cores"
+def model_cards(url: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """The server's ``/v1/models`` cards; a server that cannot be reached, refuses the key or does not
+    answer as an OpenAI-compatible one is a one-line ``CommandError`` (exit 3)."""
+    try:
+        r = httpx.get(url + "/v1/models", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        raise CommandError(f"forge bench serve: cannot reach {url} ({type(exc).__name__}: {exc})", ENV) from None
+    if r.status_code in (401, 403):
+        why = "the --api-key given is not one it accepts" if headers else "it needs an API key: give --api-key KEY"
+        raise CommandError(f"forge bench serve: {url} refused /v1/models with {r.status_code} ({why})", ENV)
+    try:
+        cards = list(r.json()["data"]) if r.status_code == 200 else []
+    except (ValueError, KeyError, TypeError):
+        cards = []
+    if not cards:
+        raise CommandError(f"forge bench serve: {url}/v1/models answered {r.status_code} without a model list", ENV)
+    return cards
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import subprocess
     import sys
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -281,21 +280,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--goodput", nargs="*", default=[], help="SLOs: ttft:MS tpot:MS e2el:MS")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--api-key", default=None)
-    p.add_argument("--output-dir", default=None)
+    p.add_argument("--api-key", default=None, help="sent as a Bearer token; written nowhere (*** in the report)")
+    p.add_argument("--output-dir", default=None, help="default: outputs/bench/serve-<date>-<time> in this directory")
     args = p.parse_args(argv)
     if args.burstiness <= 0:
         raise SystemExit("--burstiness must be > 0")
     slos = parse_goodput(args.goodput)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     url = args.url.rstrip("/")
-    cards = httpx.get(url + "/v1/models", headers=headers).json()["data"]
+    cards = model_cards(url, headers)
     card = next((c for c in cards if c["id"] == args.model), cards[0]) if args.model else cards[0]
     overrides = [f"workload={args.workload}", f"seed={args.seed}", *args.set]
     if args.num_prompts:
         overrides.append(f"workload.num_requests={args.num_prompts}")
-    cfg = compose_config(overrides)
-    workload: Workload = instantiate(cfg.workload)
+    workload = build_workload(overrides)
     specs = workload.requests(RemoteTokenizer(url, card, headers))
     max_len = int(card.get("max_model_len") or 1 << 30)
     prompts = [s.prompt_token_ids[: max_len - 1] for s in specs]
@@ -312,23 +310,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     duration = asyncio.run(run_benchmark(url, card["id"], prompts, results, offsets, args.max_concurrency, headers))
     summary = summarize(results, duration, slos)
     summary.update(server_view(before, server_ttft_totals(url, headers), summary["mean_ttft_ms"]))
-    out_dir = Path(args.output_dir or f"reports/serve/bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    out_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame([{**asdict(r), "tpot": r.tpot} for r in results])
-    frame.to_parquet(out_dir / "requests.parquet")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit, dirty = "unknown", ""
-    meta = {
-        "argv": ["python -m benchmarks.serve", *sys.argv[1:]] if argv is None else ["benchmarks.serve", *argv],
-        "model": card["id"],
-        "commit": commit + (" with uncommitted work" if dirty else ""),
-        "machine": machine_name(),
-    }
-    (out_dir / "summary.json").write_text(json.dumps({**summary, **meta}, indent=2))
-    write_report(out_dir, frame, summary, meta)
+    args_given = ["python -m benchmarks.serve", *sys.argv[1:]] if argv is None else ["benchmarks.serve", *argv]
+    out_dir = write_outputs(args.output_dir, frame, summary, card["id"], args_given)
     width = max(len(k) for k in summary)
     for k, v in summary.items():
         print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
@@ -337,4 +321,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

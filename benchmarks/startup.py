@@ -1,6 +1,6 @@
 """Startup times: import, model load, first token, and a healthy server, each in a fresh process.
 
-    forge bench startup [--repeats 3] [--output-dir reports/startup] [overrides ...]
+    forge bench startup [--repeats 3] [--output-dir DIR] [overrides ...]
     python -m benchmarks.startup model=tiny
 
 The library phases are timed inside one fresh interpreter per repeat (``python -X importtime`` is
@@ -10,6 +10,9 @@ not used: it slows imports down): ``import forge`` (what ``from forge import Sam
 token). ``server healthy`` is wall time from launching ``forge serve <overrides> --port 0`` to the
 first 200 from ``GET /health``. Each phase reports the minimum and the median over the repeats, and
 the report records the command, the machine (CPU, cores, load average at start) and the commit.
+It writes README.md and startup.json to ``--output-dir``: by default ``outputs/bench/startup-<date>-<time>``
+(git-ignored), so that a measurement leaves the checkout clean; ``--output-dir reports/startup/tiny``
+regenerates a committed report.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import httpx
 
 from benchmarks.child_server import child_server
 from benchmarks.machine import cpu_model
+from forge.core.errors import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("python", "import forge", "import forge.llm", "import forge.server.app", "model load", "first token")
@@ -123,7 +127,11 @@ def write_report(out_dir: Path, result: dict[str, Any]) -> Path:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--output-dir", default="reports/startup")
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        help="default: outputs/bench/startup-<date>-<time> (git-ignored); the committed reports/startup/... when named",
+    )
     p.add_argument("--no-server", action="store_true", help="skip the forge serve measurement")
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. model=smollm2")
     args = p.parse_args(argv)
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": at_start,
         "phases": {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in samples.items()},
     }
-    path = write_report(Path(args.output_dir), result)
+    out_dir = Path(args.output_dir or f"outputs/bench/startup-{time.strftime('%Y%m%d-%H%M%S')}")
+    path = write_report(out_dir, result)
     for name, v in result["phases"].items():
         print(f"{name:<26} min {v['min']:6.2f} s   median {v['median']:6.2f} s")
     print(f"report: {path}")
@@ -154,4 +163,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

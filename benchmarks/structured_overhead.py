@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.serve import machine_name
+from benchmarks.serve_report import machine_name
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.llm import LLM

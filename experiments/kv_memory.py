@@ -1,7 +1,9 @@
 """What the KV memory levers buy at a fixed memory budget (issue 19): int8 / fp8 KV caches against
 the model's own dtype (simulated Llama-3-8B on an H100; SmolLM2 computed for real on this CPU), the
 sliding-window block freeing on and off (Gemma-3, ``experiments.window_memory.window_rows``) and the
-accuracy each quantized cache costs (``experiments.kv_accuracy.measure``)."""
+accuracy each quantized cache costs (``experiments.kv_accuracy.measure``). The fixed-budget runs repeat
+with each of ``experiments.seeds.SEEDS`` (the workload's draws) and report the mean ± 95% CI; the
+window and accuracy sections are deterministic (fixed prompts, greedy tokens) and run once."""
 
 from __future__ import annotations
 
@@ -15,9 +17,8 @@ import pandas as pd
 import torch
 
 from experiments.common import section, table, write_readme, write_results
-from experiments.kv_accuracy import SETUPS, KVAccuracy
-from experiments.kv_accuracy import measure as measure_accuracy
-from experiments.kv_accuracy_llama_cpp import llama_cpp_rows, llama_cpp_version
+from experiments.kv_memory_accuracy import accuracy_notes, accuracy_section, accuracy_table
+from experiments.seeds import SEEDS, aggregate, ci
 from experiments.window_memory import window_rows
 from forge.config import compose_config
 from forge.engine.build import build_engine, workload_requests
@@ -96,22 +97,28 @@ def run_engine(overrides: Sequence[str], model: Model | None = None) -> tuple[di
         engine.close()
 
 
+def seeded_rows(setup: str, overrides: Sequence[str], dtypes: Sequence[str], reuse_model: bool) -> pd.DataFrame:
+    """Each dtype once per seed of ``SEEDS`` (``seed=S``: the workload's draws), the seeds outermost so
+    that a wall clock's load drift reaches every dtype alike; the real model is loaded once when
+    ``reuse_model`` (the synthetic one draws its tokens from the seed it was built with)."""
+    rows, model = [], None
+    for seed in SEEDS:
+        for name in dtypes:
+            row, built = run_engine([*overrides, f"seed={seed}", f"engine.kv_cache_dtype={name}"], model)
+            model = built if reuse_model else None
+            rows.append({"setup": setup, "kv_cache_dtype": name, "seed": seed, **row})
+    return pd.DataFrame(rows)
+
+
 def simulated_rows(size: str) -> pd.DataFrame:
     """Llama-3-8B on an H100 (simulated) at ``SIM_BUDGET_GIB`` of KV memory in each dtype."""
-    rows = []
-    for name in SIM_DTYPES:
-        row, _ = run_engine([*sim_overrides(size), f"engine.kv_cache_dtype={name}"])
-        rows.append({"setup": "sim llama-3-8b h100", "kv_cache_dtype": name, **row})
-    return pd.DataFrame(rows)
+    return seeded_rows("sim llama-3-8b h100", sim_overrides(size), SIM_DTYPES, reuse_model=False)
 
 
 def real_rows(size: str) -> tuple[pd.DataFrame, str]:
     overrides, budget = real_overrides(size)
-    rows, model = [], None
-    for name in REAL_DTYPES:
-        row, model = run_engine([*overrides, f"engine.kv_cache_dtype={name}"], model)
-        rows.append({"setup": f"real {overrides[0].split('=')[1]} cpu", "kv_cache_dtype": name, **row})
-    return pd.DataFrame(rows), budget
+    setup = f"real {overrides[0].split('=')[1]} cpu"
+    return seeded_rows(setup, overrides, REAL_DTYPES, reuse_model=True), budget
 
 
 def window_table(size: str) -> tuple[pd.DataFrame, str]:
@@ -125,151 +132,136 @@ def window_table(size: str) -> tuple[pd.DataFrame, str]:
     return df, f"{context} prompt tokens, `{' '.join(overrides)}`"
 
 
-def accuracy_row(row: KVAccuracy) -> dict[str, Any]:
-    return {
-        "engine": row.engine,
-        "kv_cache_dtype": row.kv_cache_dtype,
-        "reference": row.reference,
-        "greedy_agreement": f"{row.agreeing_tokens}/{row.total_tokens}" if row.agreeing_tokens >= 0 else "-",
-        "agreement_pct": 100 * row.agreement,
-        "mean_abs_dlogprob": row.mean_abs_dlogprob,
-        "text_perplexity": row.perplexity,
-        "text_mean_abs_dlogprob": row.text_mean_abs_dlogprob,
-    }
+KEYS = ["setup", "kv_cache_dtype"]
+FMT = {"pool_blocks": ".0f", "pool_tokens": ".0f", "max_batch": ".1f", "mean_batch_size": ".1f"}
+FMT |= {"num_preemptions": ".1f", "output_throughput": ".1f", "mean_ttft_ms": ".1f", "p90_ttft_ms": ".1f"}
+FMT |= {"mean_tpot_ms": ".2f", "duration_s": ".2f"}
+METRICS = [*FMT, "cpu_s"]
+EQUAL_BY_CONSTRUCTION = "fp8 (= int8 by construction: same bytes per value)"
 
 
-def accuracy_table(size: str) -> tuple[pd.DataFrame, str, bool]:
-    """forge's rows, and llama.cpp's on the same token ids when it can run (SmolLM2, llama-cpp-python
-    installed; the tiny model has no GGUF); the table, its setup's description and whether llama.cpp ran."""
-    setup = SETUPS[size]
-    run = measure_accuracy(setup)
-    rows = list(run.rows)
-    with_llama = setup.model == "smollm2" and llama_cpp_version() is not None
-    if with_llama:
-        rows += llama_cpp_rows(setup, run.inputs, setup.num_prompts)
-    described = (
-        f"`experiments.kv_accuracy.SETUPS[{size!r}]`: model={setup.model}, {setup.num_prompts} prompts x "
-        f"{setup.new_tokens} greedy tokens ({setup.prompt_tokens}-token prompts), perplexity text "
-        f"{run.inputs.scored_tokens + len(run.inputs.windows)} tokens in {len(run.inputs.windows)} windows of "
-        f"{setup.window} prefilled {setup.chunk} tokens per step"
+def cell(row: Any, metric: str) -> str:
+    """An ``aggregate`` row's metric as "mean ± 95% half-width", or the value alone when every seed
+    gave the same."""
+    c = ci(row, metric)
+    spec = FMT.get(metric, ".2f")
+    return format(c.mean, spec) if not c.half_width > 0 else f"{c.mean:{spec}} ± {c.half_width:{spec}}"
+
+
+def vs(a: Any, b: Any, metric: str) -> str:
+    """Two rows' metric as "a vs b", marked when the two 95% intervals overlap (no difference shown)."""
+    x, y = ci(a, metric), ci(b, metric)
+    if x == y and not x.half_width > 0:
+        return f"{cell(a, metric)} in both"
+    text = f"{cell(a, metric)} vs {cell(b, metric)}"
+    return text if not x.overlaps(y) else text + " (95% intervals overlap)"
+
+
+def seeds_table(agg: pd.DataFrame) -> str:
+    """The fixed-budget table: mean ± 95% CI per configuration, the simulated fp8 row marked as equal
+    to int8 by construction."""
+    lines = ["| " + " | ".join([*KEYS, *FMT]) + " |", "|" + "---|" * (len(KEYS) + len(FMT))]
+    for _, r in agg.iterrows():
+        dtype = str(r["kv_cache_dtype"])
+        if str(r["setup"]).startswith("sim") and dtype == "fp8":
+            dtype = EQUAL_BY_CONSTRUCTION
+        lines.append("| " + " | ".join([str(r["setup"]), dtype, *(cell(r, m) for m in FMT)]) + " |")
+    return "\n".join(lines)
+
+
+def sim_fp8_equals_int8(per_seed: pd.DataFrame) -> bool:
+    """Whether the simulated fp8 and int8 runs agree in every seed on everything but CPU seconds."""
+    sim = per_seed[per_seed["setup"].str.startswith("sim")]
+    fp8, int8 = (
+        sim[sim["kv_cache_dtype"] == d].drop(columns=["kv_cache_dtype", "cpu_s"]).reset_index(drop=True)
+        for d in ("fp8", "int8")
     )
-    return pd.DataFrame([accuracy_row(r) for r in rows]), described, with_llama
-
-
-def accuracy_notes(acc: pd.DataFrame, with_llama: bool, cpu_s: float) -> list[str]:
-    """The accuracy table's findings, from its rows."""
-    forge = acc[acc["engine"] == "forge"]
-    exact = forge.iloc[0]
-    parts = [
-        f"{r.kv_cache_dtype} {r.agreement_pct:.1f} % greedy agreement, text perplexity "
-        f"{r.text_perplexity:.3f} (mean |Δlogprob| {r.text_mean_abs_dlogprob:.4f})"
-        for r in forge.iloc[1:].itertuples()
-    ]
-    notes = [
-        f"- Accuracy (forge, against its exact float32 cache, text perplexity {exact['text_perplexity']:.3f}): "
-        + "; ".join(parts)
-        + f". The accuracy section took {cpu_s:.0f} CPU s."
-    ]
-    if with_llama:
-        f16, q8 = acc[acc["engine"] != "forge"].iloc[0], acc[acc["engine"] != "forge"].iloc[1]
-        notes.append(
-            f"- llama.cpp on the same GGUF and token ids: perplexity {f16['text_perplexity']:.3f} with its f16 "
-            f"cache, {q8['text_perplexity']:.3f} with `-ctk q8_0 -ctv q8_0` (mean |Δlogprob| "
-            f"{q8['text_mean_abs_dlogprob']:.4f}), greedy agreement {q8['agreement_pct']:.1f} % with its f16 "
-            "cache; its continuations' logprobs are not read (nan). Each engine is compared with its own exact "
-            "cache (llama.cpp computes with the Q4_1 weights in place, forge with them dequantized to float32)."
-        )
-    else:
-        notes.append(
-            "- llama.cpp's `-ctk q8_0 -ctv q8_0` is not run (tiny model: no GGUF; or llama-cpp-python missing)."
-        )
-    return notes
+    return len(fp8) > 0 and fp8.equals(int8)
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
     return ", ".join(f"{x:.1f}" for x in load)
 
 
+def interpretation(agg: pd.DataFrame, per_seed: pd.DataFrame) -> list[str]:
+    """The fixed-budget findings, each as mean ± 95% CI over the seeds."""
+    rows = {(str(r["setup"]).split()[0], str(r["kv_cache_dtype"])): r for _, r in agg.iterrows()}
+    f16, q8 = rows["sim", "auto"], rows["sim", "int8"]
+    r32, r8, rf8 = rows["real", "auto"], rows["real", "int8"], rows["real", "fp8"]
+    real = str(r32["setup"])
+    same = "identical in every seed, as checked in this run" if sim_fp8_equals_int8(per_seed) else "NOT identical"
+    return [
+        f"- Simulated Llama-3-8B at {SIM_BUDGET_GIB} GiB, int8/fp8 vs 16-bit: pool {vs(q8, f16, 'pool_tokens')} "
+        f"tokens ({q8['pool_tokens'] / f16['pool_tokens']:.2f}x); max batch {vs(q8, f16, 'max_batch')}; mean "
+        f"batch {vs(q8, f16, 'mean_batch_size')}; preemptions {vs(q8, f16, 'num_preemptions')}; output throughput "
+        f"{vs(q8, f16, 'output_throughput')} tok/s; mean TTFT {vs(q8, f16, 'mean_ttft_ms')} ms.",
+        "- The simulated fp8 and int8 rows are equal by construction, not two measurements that agree: both "
+        "store one byte per value plus the same per-token scale, so the budget buys the same blocks and the "
+        f"simulated clock charges the same bytes ({same}). Only the real model tells the two formats apart.",
+        f"- {real}, int8 vs float32: pool {vs(r8, r32, 'pool_tokens')} tokens "
+        f"({r8['pool_tokens'] / r32['pool_tokens']:.2f}x), max batch {vs(r8, r32, 'max_batch')}, preemptions "
+        f"{vs(r8, r32, 'num_preemptions')}; on the wall clock output throughput "
+        f"{vs(r8, r32, 'output_throughput')} tok/s, mean TPOT {vs(r8, r32, 'mean_tpot_ms')} ms. fp8 holds the "
+        f"same pool as int8 (same bytes per value); on the wall clock, mean TPOT "
+        f"{vs(rf8, r8, 'mean_tpot_ms')} ms, output throughput {vs(rf8, r8, 'output_throughput')} tok/s (fp8 vs "
+        "int8).",
+    ]
+
+
+def setup_lines(size: str, budget: str, loads: tuple[tuple[float, float, float], ...]) -> list[str]:
+    return [
+        f"- simulated: `{' '.join(sim_overrides(size))}`, `engine.kv_cache_dtype` auto (the preset's "
+        f"16-bit values) / fp8 / int8: `kvcache.num_blocks=auto` sizes the pool from "
+        f"`engine.kv_cache_memory_gib={SIM_BUDGET_GIB}` in the preset's KV bytes per token in that dtype "
+        "(`ModelDims.kv_bytes_per_token`: one byte per value plus the per-token scale's share when "
+        "quantized), not from the H100's 80 GB less the weights (many times this budget), so that "
+        "memory binds at this rate. fp8 and int8 have the same bytes per value, so their simulated rows "
+        "are equal by construction (marked in the table).",
+        f"- real: `{' '.join(real_overrides(size)[0])}` at {budget}, `kvcache.num_blocks=auto` sizing "
+        "the pool in each dtype's bytes (auto = the model's float32). Wall clock on a shared machine: "
+        "TTFT, TPOT and throughput move with the load (below); each seed's three dtypes ran back to back. "
+        "The block counts are what the budget decides (the same in every seed).",
+        f"- Each fixed-budget configuration ran with seeds {', '.join(map(str, SEEDS))} (`seed=`: the workload's "
+        "draws); a cell is the mean ± the half-width of its 95% confidence interval over the seeds (Student's t "
+        "with n - 1 degrees of freedom); per-seed rows: `results_per_seed.csv`. A cell without ± was the same "
+        "in every seed. The window and accuracy sections are deterministic "
+        "(fixed prompts, greedy tokens) and ran once.",
+        "- load average (1, 5, 15 min) before / after the fixed-budget runs / after the window and accuracy runs: "
+        + " / ".join(fmt_load(x) for x in loads),
+    ]
+
+
 def run(out: Path, size: str) -> None:
     torch.set_num_threads(1)
     load0 = os.getloadavg()
-    sim = simulated_rows(size)
     real, budget = real_rows(size)
+    per_seed = pd.concat([simulated_rows(size), real], ignore_index=True)
+    load1 = os.getloadavg()
     window, window_setup = window_table(size)
     acc_cpu0 = time.process_time()
     acc, acc_setup, with_llama = accuracy_table(size)
     acc_cpu = time.process_time() - acc_cpu0
-    load1 = os.getloadavg()
-    df = pd.concat([sim, real], ignore_index=True)
-    write_results(out, df)
+    load2 = os.getloadavg()
+    agg = aggregate(per_seed, KEYS, METRICS)
+    write_results(out, agg)
+    per_seed.to_csv(out / "results_per_seed.csv", index=False)
     window.to_csv(out / "window.csv", index=False)
     acc.to_csv(out / "accuracy.csv", index=False)
-    cols = ["setup", "kv_cache_dtype", "pool_blocks", "pool_tokens", "max_batch", "mean_batch_size"]
-    cols += ["num_preemptions", "output_throughput", "mean_ttft_ms", "p90_ttft_ms", "mean_tpot_ms", "duration_s"]
-    fmt = {"mean_batch_size": ".1f", "output_throughput": ".1f", "mean_ttft_ms": ".1f", "p90_ttft_ms": ".1f"}
-    fmt |= {"mean_tpot_ms": ".2f", "duration_s": ".2f"}
-    f16, q8 = sim.iloc[0], sim.iloc[-1]
-    r32, r8 = real.iloc[0], real.iloc[1]
-    acc_fmt = {"agreement_pct": ".1f", "mean_abs_dlogprob": ".4f", "text_perplexity": ".3f"}
-    acc_fmt["text_mean_abs_dlogprob"] = ".4f"
     win_cols = ["free_outside_window", "layout", "pool_pages", "page_kib", "peak_pages_held", "peak_kv_mib"]
     win_cols += ["last_pages_held", "last_kv_mib", "token_capacity", "same_tokens_as_off"]
     body = [
-        *section(
-            "Setup",
-            [
-                f"- simulated: `{' '.join(sim_overrides(size))}`, `engine.kv_cache_dtype` auto (the preset's "
-                f"16-bit values) / fp8 / int8: `kvcache.num_blocks=auto` sizes the pool from "
-                f"`engine.kv_cache_memory_gib={SIM_BUDGET_GIB}` in the preset's KV bytes per token in that dtype "
-                "(`ModelDims.kv_bytes_per_token`: one byte per value plus the per-token scale's share when "
-                "quantized), not from the H100's 80 GB less the weights (many times this budget), so that "
-                "memory binds at this rate. "
-                "The simulated clock charges fp8 and int8 alike (one byte per value), so their rows are equal.",
-                f"- real: `{' '.join(real_overrides(size)[0])}` at {budget}, `kvcache.num_blocks=auto` sizing "
-                "the pool in each dtype's bytes (auto = the model's float32). Wall clock on a shared machine: "
-                "TTFT, TPOT and throughput are noisy single runs (load average below); the block counts, "
-                "batch sizes and preemptions are what the budget decides.",
-                f"- load average (1, 5, 15 min) before / after: {fmt_load(load0)} / {fmt_load(load1)}",
-            ],
-        ),
-        *section(
-            "Interpretation",
-            [
-                f"- Simulated Llama-3-8B at {SIM_BUDGET_GIB} GiB: int8/fp8 hold {q8['pool_tokens']} tokens against "
-                f"{f16['pool_tokens']} in 16-bit ({q8['pool_tokens'] / f16['pool_tokens']:.2f}x), max batch "
-                f"{q8['max_batch']} vs {f16['max_batch']} (mean {q8['mean_batch_size']:.1f} vs "
-                f"{f16['mean_batch_size']:.1f}), {q8['num_preemptions']} vs {f16['num_preemptions']} preemptions, "
-                f"output throughput {q8['output_throughput']:.0f} vs {f16['output_throughput']:.0f} tok/s, "
-                f"mean TTFT {q8['mean_ttft_ms']:.0f} vs {f16['mean_ttft_ms']:.0f} ms.",
-                f"- {r32['setup']}: int8 holds {r8['pool_tokens']} tokens against {r32['pool_tokens']} in "
-                f"float32 ({r8['pool_tokens'] / r32['pool_tokens']:.2f}x), max batch {r8['max_batch']} vs "
-                f"{r32['max_batch']}, preemptions {r8['num_preemptions']} vs {r32['num_preemptions']}.",
-                *accuracy_notes(acc, with_llama, acc_cpu),
-            ],
-        ),
-        *section("Quantized KV at a fixed budget", [table(df, cols, fmt)]),
+        *section("Setup", setup_lines(size, budget, (load0, load1, load2))),
+        *section("Interpretation", [*interpretation(agg, per_seed), *accuracy_notes(acc, with_llama, acc_cpu)]),
+        *section("Quantized KV at a fixed budget (mean ± 95% CI over seeds)", [seeds_table(agg)]),
         *section(
             "Sliding-window freeing (window_rows)",
             [
-                f"One greedy request, {window_setup}; pages are counts (one run each).",
+                f"One greedy request, {window_setup}; pages are counts. One run each: a fixed prompt and "
+                "greedy tokens, deterministic (no seeds).",
                 "",
                 table(window, win_cols, {"page_kib": ".1f", "peak_kv_mib": ".1f", "last_kv_mib": ".1f"}),
             ],
         ),
-        *section(
-            "Accuracy against the exact cache",
-            [
-                f"{acc_setup}. Text and prompts: `experiments/data/opticks_book1.txt` (the opening of Newton's "
-                "*Opticks*, book I, Project Gutenberg's public-domain text): its first tokens are the perplexity "
-                "text, the prompts seeded slices of the rest; llama.cpp is given forge's token ids. "
-                "greedy_agreement: tokens before each continuation's first divergence from the reference's; "
-                "mean_abs_dlogprob: of the reference's continuation tokens, teacher-forced; text_perplexity and "
-                "text_mean_abs_dlogprob: every text token but each window's first, teacher-forced (each later "
-                "chunk reads the earlier chunks' K/V back from the cache in its dtype). "
-                "nan / -: not measured, or the reference itself.",
-                "",
-                table(acc, list(acc.columns), acc_fmt),
-            ],
-        ),
+        *accuracy_section(acc, acc_setup),
     ]
     write_readme(out, "KV memory: int8 / fp8 caches and sliding-window freeing", __doc__.replace("\n", " "), body)

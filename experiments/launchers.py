@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.common import REPO, section, table, write_readme, write_results
+from forge.results.ray_launcher import LOOPBACK_ENV
 
 SWEEP = ["model=synthetic", "clock=simulated", "report=false", "progress=false"]
 POINTS = {"tiny": ["scheduler=fcfs,priority", "seed=0"], "small": ["scheduler=fcfs,priority,sjf", "seed=0,1"]}
@@ -45,11 +46,13 @@ def ray_cluster(nodes: int = 2) -> Iterator[str]:
         raise RuntimeError("ray is not installed (pip install -e '.[sweep]')")
     address = f"127.0.0.1:{free_port()}"
     head = [ray, "start", "--head", f"--port={address.rsplit(':', 1)[1]}", "--num-cpus=1"]
+    env = {**os.environ, LOOPBACK_ENV: "0"}  # every node on 127.0.0.1, not the machine's network address
     try:
-        subprocess.run([*head, "--include-dashboard=false", "--disable-usage-stats"], check=True, capture_output=True)
+        head += ["--include-dashboard=false", "--disable-usage-stats"]
+        subprocess.run(head, check=True, capture_output=True, env=env)
         for _ in range(nodes - 1):
             node = [ray, "start", f"--address={address}", "--num-cpus=1", "--disable-usage-stats"]
-            subprocess.run(node, check=True, capture_output=True)
+            subprocess.run(node, check=True, capture_output=True, env=env)
         yield address
     finally:
         subprocess.run([ray, "stop", "--force"], capture_output=True)

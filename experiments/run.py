@@ -3,8 +3,9 @@
 Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing, kv_memory
 (see each module's docstring).
 ``--size tiny`` is a smoke test (seconds; what the test suite runs into a temporary directory).
-The studies that compare options (fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, kv_sharing) run every
-configuration with each of ``experiments.seeds.SEEDS`` and report the mean ± 95% CI over them."""
+The studies that compare options (fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, kv_sharing, kv_memory)
+run every configuration with each of ``experiments.seeds.SEEDS`` and report the mean ± 95% CI over them (kv_memory's
+deterministic window and accuracy sections run once)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ overrides as for ``forge run`` (``model=smollm2 engine.max_num_seqs=16``); the b
 is the model option's name. No HTTP server: each line runs through the served routes' own
 functions on the engine, so a body gets the answer ``/v1/...`` would give it.
 
-Exit status: 0 when every line was run (whatever each line's status), 2 on a config error."""
+Exit status: 0 when every line was run (whatever each line's status), 2 on a config error or an
+input file that cannot be read (one line on stderr; ``FORGE_FULL_ERROR=1`` shows a config error's
+traceback)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from forge.cli import hydra_error_line
 from forge.config import CONF_DIR, ConfigError, register_schema
+from forge.core.errors import INPUT_EXIT_CODE, full_errors_wanted
 from forge.server.app import app_from_config
 from forge.server.batch_lines import BatchLine, Handler, error_record, is_success, read_lines, run_line
 
@@ -79,15 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = source.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         print(f"forge.batch: cannot read {source}: {exc}", file=sys.stderr)
-        return 1
+        return INPUT_EXIT_CODE
     try:
         cfg, name = batch_config(overrides)
         with tempfile.TemporaryDirectory(prefix="forge-batch-") as state_dir:
             cfg.server.state_dir = state_dir  # the server's /v1/batches store stays out of an offline run
             records = asyncio.run(run_file(cfg, name, text))
     except (ConfigError, HydraException, OmegaConfBaseException) as exc:
-        print(f"config error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return 2
+        if full_errors_wanted():
+            raise
+        print(f"config error: {exc if isinstance(exc, ConfigError) else hydra_error_line(exc)}", file=sys.stderr)
+        return INPUT_EXIT_CODE
     target.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     ok = sum(1 for r in records if is_success(r))
     print(f"{len(records)} requests: {ok} succeeded, {len(records) - ok} failed -> {target}", file=sys.stderr)

@@ -20,7 +20,10 @@ key; forge/server/config_sources.py): flags > environment > YAML > defaults. ``F
 is the key ``POST /shutdown`` needs.
 
 A ``ConfigError`` (a setting forge refuses) is printed as one line, ``config error: ...``, on stderr
-and the command exits with status 2; ``FORGE_FULL_ERROR=1`` (or ``HYDRA_FULL_ERROR=1``) shows its traceback.
+and the command exits with status 2; the other expected failures (``forge.core.errors.CommandError``: an
+input that is not what the command reads, exit 2; a server that cannot be reached or refuses the key,
+a port in use, no Ray cluster, exit 3) are one line too; ``FORGE_FULL_ERROR=1`` (or
+``HYDRA_FULL_ERROR=1``) shows the traceback (docs/errors-and-outputs.md).
 
 The benchmark clients live in the checkout's ``benchmarks/`` package, not in the installed ``forge``
 package: forge is installed editable from its checkout (``conf/``, the Hydra config every command
@@ -38,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from forge.config import CONF_DIR, ConfigError
+from forge.core.errors import CommandError, exit_on_expected_error, exit_with_line, full_errors_wanted
+from forge.server.port_check import check_port_free
 
 CONFIG_ERROR_EXIT_CODE = 2
 USAGE_EXIT_CODE = 2
@@ -65,15 +70,6 @@ BENCHMARKS = {
     "startup": "benchmarks.startup",
     "regress": "benchmarks.regress",
 }
-
-
-def print_config_error(exc: ConfigError) -> None:
-    print(f"config error: {exc}", file=sys.stderr)
-
-
-def full_errors_wanted() -> bool:
-    """``FORGE_FULL_ERROR=1`` (or Hydra's ``HYDRA_FULL_ERROR=1``): show a ConfigError's traceback."""
-    return any(os.environ.get(name, "") not in ("", "0") for name in ("FORGE_FULL_ERROR", "HYDRA_FULL_ERROR"))
 
 
 def _run_job(cfg: Any, run_dir: Path) -> None:
@@ -155,11 +151,10 @@ def run_app(argv: Sequence[str]) -> None:
         hydra_cfg = HydraConfig.get()
         try:
             _run_job(cfg, Path(hydra_cfg.runtime.output_dir))
-        except ConfigError as exc:
+        except CommandError as exc:  # ConfigError included
             if hydra_cfg.mode == RunMode.MULTIRUN or full_errors:
                 raise
-            print_config_error(exc)
-            sys.exit(CONFIG_ERROR_EXIT_CODE)
+            exit_with_line(exc)
 
     sys.argv = ["forge", *argv]
     # Hydra prints its own errors (several lines, exit 1) unless HYDRA_FULL_ERROR is set; set, it
@@ -168,6 +163,10 @@ def run_app(argv: Sequence[str]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         job()
+    except CommandError as exc:  # the launcher's (no Ray cluster): one line, as a job's would be
+        if full_errors or isinstance(exc, ConfigError):  # a sweep job's ConfigError fails as any error does
+            raise
+        exit_with_line(exc)
     except Exception as exc:
         if full_errors or not _is_compose_error(exc, bool(job_started)):
             raise
@@ -222,12 +221,13 @@ def compose_errors_as_config_errors() -> Iterator[None]:
         raise ConfigError(hydra_error_line(exc)) from None
 
 
-def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> None:
+def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> Any:
     """The config ``forge serve`` will run, composed and checked (``forge.config.validate_settings``)
     before Hydra's job starts: a bad setting is one line within a second, before any model, backend
-    or server is imported, and before the startup line names the settings."""
+    or server is imported, and before the startup line names the settings. None when the command
+    line brings its own config (a sweep, another config file)."""
     if any(arg.partition("=")[0] in HYDRA_OWN_CONFIG_FLAGS for arg in overrides):
-        return
+        return None
     from forge.config import validate_settings
     from forge.server.config_checks import naming_sources
     from forge.server.config_sources import compose_unchecked
@@ -239,6 +239,7 @@ def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> Non
         validate_settings(cfg)
     except ConfigError as exc:
         raise naming_sources(exc, settings) from None
+    return cfg
 
 
 def serve_command(argv: Sequence[str]) -> None:
@@ -251,7 +252,9 @@ def serve_command(argv: Sequence[str]) -> None:
         os.environ[API_KEY_ENV] = api_key
     with compose_errors_as_config_errors():  # the YAML is checked against the command line's options
         settings = layered(overrides, config_file, os.environ)
-    check_serve_config(settings, overrides)
+    cfg = check_serve_config(settings, overrides)
+    if cfg is not None:
+        check_port_free(str(cfg.server.host), int(cfg.server.port))
     if settings:
         print(announce(settings), file=sys.stderr)
     run_app([*(s.override for s in settings), *overrides])
@@ -259,10 +262,10 @@ def serve_command(argv: Sequence[str]) -> None:
 
 def bench_command(argv: Sequence[str]) -> None:
     if not argv or argv[0] not in BENCHMARKS:
-        raise SystemExit(f"usage: forge bench {{{','.join(BENCHMARKS)}}} [args ...]")
+        raise CommandError(f"usage: forge bench {{{','.join(BENCHMARKS)}}} [args ...]")
     module_name = BENCHMARKS[argv[0]]
     if not (CHECKOUT / "benchmarks" / "__init__.py").exists():
-        raise SystemExit(
+        raise CommandError(
             f"forge bench {argv[0]} runs {module_name} from forge's checkout, which is not at {CHECKOUT} "
             "(install forge editable from a git checkout: pip install -e .)"
         )
@@ -282,12 +285,12 @@ def sweep_command(argv: Sequence[str]) -> None:
 
 def report_command(argv: Sequence[str]) -> None:
     if not argv:
-        raise SystemExit("usage: forge report RUN_DIR [RUN_DIR ...]")
+        raise CommandError("usage: forge report RUN_DIR [RUN_DIR ...]")
     from forge.results.report import write_report
 
     for run_dir in argv:
         if not (Path(run_dir) / "summary.json").exists():
-            raise SystemExit(f"forge report: {run_dir} is not a run directory (no summary.json)")
+            raise CommandError(f"forge report: {run_dir} is not a run directory (no summary.json)")
         print(write_report(run_dir))
 
 
@@ -335,11 +338,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     try:
         COMMANDS[args[0]](args[1:])
-    except ConfigError as exc:
-        if full_errors_wanted():
-            raise
-        print_config_error(exc)
-        sys.exit(CONFIG_ERROR_EXIT_CODE)
+    except CommandError as exc:  # ConfigError included
+        exit_on_expected_error(exc)
 
 
 if __name__ == "__main__":

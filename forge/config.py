@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from forge.core.config_types import type_problem
+from forge.core.errors import CommandError
 from forge.kernels import kv_quant
 from forge.kvcache.context import CONTEXT_KEYS
 
@@ -42,8 +43,10 @@ DEFAULT_MAX_MODEL_LEN = 2048
 DEFAULT_KV_CACHE_MEMORY_GIB = 0.5
 
 
-class ConfigError(ValueError):
-    """A setting is invalid; the message names it."""
+class ConfigError(ValueError, CommandError):
+    """A setting is invalid; the message names it (a command prints ``config error: ...``, exit 2)."""
+
+    prefix = "config error: "
 
 
 @dataclass

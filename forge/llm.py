@@ -13,6 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from forge.cli import compose_errors_as_config_errors
 from forge.config import compose_config
 from forge.core.beam_params import BeamSearchParams
 from forge.core.outputs import RequestOutput
@@ -21,6 +22,8 @@ from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, default_pooling, default_sampling
 from forge.engine.engine import Engine
+from forge.engine.spawn_guard import check_spawn_guard
+from forge.engine.tensor_parallel import torchrun_env
 from forge.frontend import BeamSearchFrontend
 from forge.sched.fork import output_ids
 
@@ -72,10 +75,16 @@ class BeamSearchOutput:
 
 
 class LLM:
-    """``LLM("model=tiny", "kvcache=naive")`` takes the same overrides as ``python run.py``."""
+    """``LLM("model=tiny", "kvcache=naive")`` takes the same overrides as ``python run.py``; one that
+    cannot be composed or a setting forge refuses raises ``ConfigError`` with a one-line message (the
+    line ``forge run`` prints; ``FORGE_FULL_ERROR=1``: Hydra's own exception)."""
 
     def __init__(self, *overrides: str) -> None:
-        self.config = compose_config(list(overrides))
+        with compose_errors_as_config_errors():  # an unknown option or key: a one-line ConfigError
+            self.config = compose_config(list(overrides))
+        world = int(self.config.engine.tensor_parallel_size)
+        if world > 1 and torchrun_env() is None:  # before the model loads: ranks are spawned
+            check_spawn_guard(f"engine.tensor_parallel_size={world}")
         self.engine: Engine = build_engine(self.config)
         self._beams = BeamSearchFrontend(self.engine)  # beam searches, over the engine's plain requests
         self.tokenizer = self.engine.tokenizer

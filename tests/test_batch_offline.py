@@ -46,7 +46,7 @@ def test_offline_batch_usage_and_config_errors(tmp_path: Path, capsys: pytest.Ca
     assert main([str(source)]) == 2
     assert main([str(source), str(tmp_path / "out.jsonl"), "engine.no_such_setting=1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("config error:")
-    assert main([str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl")]) == 1
+    assert main([str(tmp_path / "missing.jsonl"), str(tmp_path / "out.jsonl")]) == 2  # unreadable input
 
 
 @pytest.mark.parametrize("case", [c[0] for c in LINE_CASES])

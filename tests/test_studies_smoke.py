@@ -35,7 +35,19 @@ def test_kv_memory_study_tiny(tmp_path) -> None:
     from experiments.run import main
 
     main(["kv_memory", "--size", "tiny", "--out", str(tmp_path)])
-    rows = pd.read_csv(tmp_path / "results.csv").to_dict("records")
+    from experiments.seeds import SEEDS
+
+    # every fixed-budget configuration ran once per seed, with the workload drawn from that seed
+    per_seed = pd.read_csv(tmp_path / "results_per_seed.csv")
+    seeds = per_seed.groupby(["setup", "kv_cache_dtype"])["seed"].apply(sorted)
+    assert len(seeds) == 6 and all(s == sorted(SEEDS) for s in seeds)  # (sim, real) x 3 dtypes
+    sim_auto = per_seed[per_seed["setup"].str.startswith("sim") & (per_seed["kv_cache_dtype"] == "auto")]
+    assert sim_auto["duration_s"].nunique() == len(SEEDS)  # each seed's workload differs
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert len(SEEDS) >= 3 and (res["n_seeds"] == len(SEEDS)).all()
+    sim_row = res[res["setup"].str.startswith("sim") & (res["kv_cache_dtype"] == "auto")].iloc[0]
+    assert sim_row["duration_s"] == pytest.approx(sim_auto["duration_s"].mean()) and sim_row["duration_s_ci95"] > 0
+    rows = res.to_dict("records")
     tokens = {(str(r["setup"]).split()[0], str(r["kv_cache_dtype"])): int(r["pool_tokens"]) for r in rows}
     # the same 2 GiB hold about twice the tokens in one byte per value (less the scales' share)
     assert 1.8 < tokens["sim", "int8"] / tokens["sim", "auto"] < 2.0
@@ -49,6 +61,10 @@ def test_kv_memory_study_tiny(tmp_path) -> None:
     assert pd.read_csv(tmp_path / "window.csv")["same_tokens_as_off"].all()
     readme = (tmp_path / "README.md").read_text()
     assert "python -m experiments.run" in readme and "commit" in readme and "load average" in readme
+    assert " ± " in readme and "95% confidence interval" in readme
+    # the simulated fp8 row is marked, where the table shows it, as int8's by construction
+    assert "| sim llama-3-8b h100 | fp8 (= int8 by construction: same bytes per value) |" in readme
+    assert "identical in every seed, as checked in this run" in readme
 
 
 def test_policies_load_study_tiny_reports_seeds_and_cis(tmp_path) -> None:

@@ -6,7 +6,9 @@ rank builds the same ``ForwardBatch`` from it and runs its shard, and the shards
 
 Ranks 1..N-1 are started by forge (``torch.multiprocessing``, spawn) or, when the process was
 started by ``torchrun`` (``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` set), they are the
-other torchrun processes (``worker_main``). A rank that exits makes rank 0's next step fail with a
+other torchrun processes (``worker_main``); a script that would re-run in each spawned rank (no
+``if __name__ == "__main__":`` guard) is refused before any starts
+(``forge.engine.spawn_guard``). A rank that exits makes rank 0's next step fail with a
 ``TensorParallelError`` naming it; a rank that hangs, after ``engine.distributed_timeout_s``."""
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from forge.core.kv_groups import KVCacheGroups
 from forge.core.outputs import ModelOutput, SchedulerOutput
 from forge.engine.engine import EngineDeadError
 from forge.engine.runner import ModelRunner
+from forge.engine.spawn_guard import check_spawn_guard
 from forge.kernels.base import KernelBackend
 from forge.models.base import Model
 from forge.models.decoder import DecoderModel
@@ -123,6 +126,7 @@ class TensorParallelRunner(ModelRunner):
             raise ConfigError(f"engine.tensor_parallel_size={world} but torchrun started {env[1]} processes")
         self.workers: list[Any] = []
         if env is None:
+            check_spawn_guard(f"engine.tensor_parallel_size={world}")
             address, port = "127.0.0.1", _free_port()
             ctx = torch.multiprocessing.get_context("spawn")
             container = OmegaConf.to_container(cfg, resolve=True)

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from forge.core.errors import CommandError, run_main
 from forge.results.sweep_context import launch_lines, run_warnings, sweep_title
 from forge.results.sweep_plots import cdf_figure, coincidence_note, curves, kv_figure, metric_figure
 from forge.results.sweep_stats import SEED_KEY, aggregate, coinciding, config_axes, format_table
@@ -262,8 +263,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft-slo", type=float, default=2.0, help="seconds (default 2.0)")
     ap.add_argument("--tbt-slo", type=float, default=0.2, help="seconds (default 0.2)")
     args = ap.parse_args(argv)
-    print(write_sweep_report(args.sweep_dir, args.ttft_slo, args.tbt_slo))
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise CommandError(f"forge sweep: {sweep_dir} is not a directory")
+    if next(sweep_dir.rglob("summary.json"), None) is None:
+        raise CommandError(
+            f"forge sweep: {sweep_dir} is not a sweep directory (no run with a summary.json below it; "
+            "`forge run -m ...` writes one under multirun/)"
+        )
+    print(write_sweep_report(sweep_dir, args.ttft_slo, args.tbt_slo))
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
