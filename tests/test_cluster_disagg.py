@@ -115,3 +115,15 @@ def test_a_bad_pool_or_link_is_one_line(overrides: list[str], message: str, tmp_
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: ") and message in lines[0], proc.stderr
+
+
+def test_a_prompt_that_fills_the_context_ends_with_its_first_token_as_on_one_engine(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,input_len,output_len\n0.0,127,20\n0.01,40,20\n")
+    common = ["workload=trace", f"workload.path={trace}", "engine.max_model_len=128"]
+    split = run(common).requests.set_index("request_id")
+    cfg = compose_config([*(o for o in BASE if o != "cluster=disaggregated"), *common])
+    alone = build_cluster(cfg).run(workload_requests(cfg, build_cluster(cfg).first), False).requests
+    alone = alone.set_index("request_id")
+    assert split.loc["req-000000", "num_output_tokens"] == alone.loc["req-000000", "num_output_tokens"] == 1
+    assert split.loc["req-000001", "num_output_tokens"] == alone.loc["req-000001", "num_output_tokens"] == 20

@@ -135,12 +135,17 @@ class DisaggregatedCluster:
         if kind == KV_ARRIVAL:
             self.decode.admit(handoff.decode_replica, _decode_request(original, handoff.first_token, t))
             return {}
-        if original.sampling_params.max_tokens <= 1:  # nothing left to decode: the prefill's output is final
+        if original.sampling_params.max_tokens <= 1 or self._full(original):  # the prefill's output is final
             return {rid: handoff.output}
         handoff.decode_replica = self.decode.router.route(original, self.decode.views)
         handoff.kv_transfer_s = self._transfer_time(original, handoff)
         self._push(t + handoff.kv_transfer_s, KV_ARRIVAL, rid)
         return {}
+
+    def _full(self, request: Request) -> bool:
+        """Whether the prompt and its first token fill the context: the engine alone stops there too."""
+        limits = self.decode.replicas[0].engine.scheduler.limits
+        return request.num_prompt_tokens + 1 >= limits.max_model_len
 
     def _transfer_time(self, request: Request, handoff: Handoff) -> float:
         """The prompt's KV bytes (the prefill replica's simulated model) over the link."""
