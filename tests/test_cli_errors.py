@@ -5,6 +5,7 @@ forge that the command needs is missing or refuses); ``FORGE_FULL_ERROR=1`` show
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -136,3 +137,24 @@ def test_tensor_parallel_spawn_from_an_unguarded_script_is_refused_at_once(tmp_p
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and "built" not in proc.stdout
     assert "UnguardedMainError" in last and "unguarded.py:3" in last and 'if __name__ == "__main__":' in last
+
+
+@pytest.mark.skipif(shutil.which("ray") is None, reason="ray is not installed (the sweep extra)")
+def test_ray_local_cluster_binds_the_loopback(tmp_path: Path) -> None:
+    """``hydra.launcher.address=null``: the sweep's own cluster, every Ray process on 127.0.0.1 (the
+    addresses its logs name), stopped at the end."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    try:
+        sweep = ["-m", "hydra/launcher=ray", "hydra.launcher.progress=false", "hydra.launcher.address=null"]
+        sweep += ["model=synthetic", "clock=simulated", "workload.num_requests=2", "scheduler=fcfs,sjf"]
+        proc = run(
+            [sys.executable, str(ROOT / "run.py"), *sweep, f"hydra.sweep.dir={tmp_path}"], tmp_path, RAY_TMPDIR=ray_tmp
+        )
+        assert proc.returncode == 0 and proc.stdout.count("ran on Ray node") == 2, proc.stderr[-3000:]
+        logs = Path(ray_tmp) / "ray" / "session_latest" / "logs"
+        text = " ".join(p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file())
+        hosts = set(re.findall(r"\b(\d{1,3}(?:\.\d{1,3}){3}):\d+", text))
+        assert hosts and hosts <= {"127.0.0.1", "0.0.0.0"}, hosts
+        assert subprocess.run(["pgrep", "-f", ray_tmp], capture_output=True).returncode == 1  # none left
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

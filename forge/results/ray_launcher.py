@@ -87,9 +87,9 @@ class RayLauncher(SweepLauncher):
         return "one Ray task at a time, after the parallel jobs, nothing else of the sweep running"
 
     def _execute(self, together: list[JobArgs], one_by_one: list[JobArgs]) -> Iterator[tuple[int, JobReturn]]:
+        connect(self.address)  # before this process imports ray (see connect)
         import ray
 
-        connect(self.address)
         try:
             remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_job_on_node)
             yield from self._wait_all(remote, together)
