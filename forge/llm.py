@@ -23,7 +23,6 @@ from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, default_pooling, default_sampling
 from forge.engine.engine import Engine
 from forge.engine.spawn_guard import check_spawn_guard
-from forge.engine.tensor_parallel import torchrun_env
 from forge.frontend import BeamSearchFrontend
 from forge.sched.fork import output_ids
 
@@ -83,8 +82,11 @@ class LLM:
         with compose_errors_as_config_errors():  # an unknown option or key: a one-line ConfigError
             self.config = compose_config(list(overrides))
         world = int(self.config.engine.tensor_parallel_size)
-        if world > 1 and torchrun_env() is None:  # before the model loads: ranks are spawned
-            check_spawn_guard(f"engine.tensor_parallel_size={world}")
+        if world > 1:  # before the model loads: ranks are spawned (torch only imported here: a run may need none)
+            from forge.engine.tensor_parallel import torchrun_env
+
+            if torchrun_env() is None:
+                check_spawn_guard(f"engine.tensor_parallel_size={world}")
         self.engine: Engine = build_engine(self.config)
         self._beams = BeamSearchFrontend(self.engine)  # beam searches, over the engine's plain requests
         self.tokenizer = self.engine.tokenizer
