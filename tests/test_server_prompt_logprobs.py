@@ -60,6 +60,16 @@ def test_completion_prompt_logprobs_in_vllm_shape(client: openai.OpenAI, expecte
             assert set(entry) == {str(tok), *map(str, ids.tolist())}
 
 
+@pytest.mark.parametrize("k", [0, 1])
+def test_prompt_token_rank_in_the_whole_vocabulary(client: openai.OpenAI, expected: torch.Tensor, k: int) -> None:
+    """vLLM's rank for a prompt token outside the top k: how many tokens are at least as likely."""
+    r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=1, extra_body={"prompt_logprobs": k})
+    plp: Any = r.choices[0].model_extra["prompt_logprobs"]  # type: ignore[index]
+    ranks = [plp[pos][str(PROMPT[pos])]["rank"] for pos in range(1, len(PROMPT))]
+    want = [int((expected[pos - 1] >= expected[pos - 1][PROMPT[pos]]).sum()) for pos in range(1, len(PROMPT))]
+    assert ranks == want and max(want) > k + 1  # some prompt tokens lie far outside the top k
+
+
 def test_chat_prompt_logprobs_on_the_response(client: openai.OpenAI) -> None:
     c = client.chat.completions.create(
         model="tiny",
@@ -71,6 +81,7 @@ def test_chat_prompt_logprobs_on_the_response(client: openai.OpenAI) -> None:
     plp: Any = (c.model_extra or {})["prompt_logprobs"]
     assert plp[0] is None and len(plp) > 1
     assert all(len(e) == 1 and next(iter(e.values()))["logprob"] <= 0 for e in plp[1:])
+    assert all(isinstance(next(iter(e.values()))["rank"], int) for e in plp[1:])
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -116,12 +116,15 @@ class ModelOutput:
     ``failed``: requests whose sampling (or constraint, or verification) failed this step, with
     the reason; they have no tokens here and the engine finishes them with that error.
     ``prompt_logprobs``: per request with prompt-logprob rows this step, one entry per row (the
-    chunk's ``num_prompt_logprob_rows``), in position order.
+    chunk's ``num_prompt_logprob_rows``), in position order; ``prompt_ranks`` the same rows' prompt
+    token's rank in the whole vocabulary (1: the most likely; vLLM's: how many tokens are at least as
+    likely).
     ``pooled``: per embedding request scheduled this step, its chunk's pooled hidden states."""
 
     sampled_token_ids: dict[str, list[int]]
     logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    prompt_ranks: dict[str, list[int]] = field(default_factory=dict)
     decode_token_ids: list[int] | None = None
     failed: dict[str, str] = field(default_factory=dict)
     pooled: dict[str, PooledChunk] = field(default_factory=dict)
@@ -154,6 +157,8 @@ class RequestOutput:
     # on the request's first output when sampling_params.prompt_logprobs is set: per prompt token,
     # {token id: logprob} of it and the top-k given the tokens before it (None for the first token)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # with prompt_logprobs: each prompt token's rank in the vocabulary (ModelOutput.prompt_ranks; None for the first)
+    prompt_ranks: list[int | None] | None = None
     # an embedding request's (``Request.pooling_params``) pooled prompt, on its final output
     embedding: list[float] | None = None
     # a beam search result's sum of its tokens' logprobs (the raw model distribution)

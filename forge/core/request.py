@@ -68,6 +68,7 @@ class Request:
     constraint: TokenConstraint | None = None
     # filled while the prompt is computed when sampling_params.prompt_logprobs is set (see RequestOutput)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_ranks: list[int | None] | None = None  # each prompt token's rank, alongside prompt_logprobs
     pooling_params: PoolingParams | None = None
     pooled: PooledPrefix | None = None
     # set: a beam search over this prompt, run above the engine (``forge.frontend.BeamSearchFrontend``; the

@@ -166,7 +166,9 @@ class ModelRunner(Runner):
             except Exception as exc:
                 failed[rid] = failure_message(rid, exc)
             offset += n + 1
-        prompt_logprobs = self.prompt_logprobs(sched, logits[offset:]) if logits.shape[0] > offset else {}
+        prompt_logprobs, prompt_ranks = (
+            self.prompt_logprobs(sched, logits[offset:]) if logits.shape[0] > offset else ({}, {})
+        )
         plain = (
             logits
             if offset == len(rows) == logits.shape[0]
@@ -179,13 +181,17 @@ class ModelRunner(Runner):
             sampled[rid] = [token]
             if row.params.logprobs is not None:
                 logprobs[rid] = [top_logprobs(plain[i], token, row.params.logprobs)]
-        return ModelOutput(sampled, logprobs, failed=failed, prompt_logprobs=prompt_logprobs)
+        return ModelOutput(sampled, logprobs, failed=failed, prompt_logprobs=prompt_logprobs, prompt_ranks=prompt_ranks)
 
     @staticmethod
-    def prompt_logprobs(sched: SchedulerOutput, logits: torch.Tensor) -> dict[str, list[dict[int, float]]]:
+    def prompt_logprobs(
+        sched: SchedulerOutput, logits: torch.Tensor
+    ) -> tuple[dict[str, list[dict[int, float]]], dict[str, list[int]]]:
         """Per chunk with prompt-logprob rows (``logits``: those rows, in row order): each row's next
-        prompt token's logprob plus the request's top-k (raw model distribution)."""
+        prompt token's logprob plus the request's top-k (raw model distribution), and that token's
+        rank (vLLM's: the number of tokens at least as likely as it)."""
         out: dict[str, list[dict[int, float]]] = {}
+        ranks: dict[str, list[int]] = {}
         lp = torch.log_softmax(logits.float(), dim=-1)
         row = 0
         for s, r in zip(sched.scheduled, sched.requests, strict=True):
@@ -195,7 +201,9 @@ class ModelRunner(Runner):
             k = r.sampling_params.prompt_logprobs or 0
             rows = lp[row : row + n]
             targets = r.prompt_token_ids[s.start + 1 : s.start + 1 + n]
-            chosen = rows.gather(1, torch.tensor(targets, device=rows.device).unsqueeze(1)).squeeze(1).tolist()
+            picked = rows.gather(1, torch.tensor(targets, device=rows.device).unsqueeze(1))
+            ranks[s.request_id] = (rows >= picked).sum(dim=-1).tolist()
+            chosen = picked.squeeze(1).tolist()
             entries = [{t: v} for t, v in zip(targets, chosen, strict=True)]
             if k:
                 vals, ids = rows.topk(k, dim=-1)
@@ -203,4 +211,4 @@ class ModelRunner(Runner):
                     e.update(zip(ts, vs, strict=True))
             out[s.request_id] = entries
             row += n
-        return out
+        return out, ranks

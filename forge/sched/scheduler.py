@@ -450,7 +450,9 @@ class Scheduler:
                 continue
             request.num_computed_tokens += s.num_tokens
             if s.num_prompt_logprob_rows and s.request_id in out.prompt_logprobs:
-                _record_prompt_logprobs(request, s.start, out.prompt_logprobs[s.request_id])
+                _record_prompt_logprobs(
+                    request, s.start, out.prompt_logprobs[s.request_id], out.prompt_ranks.get(s.request_id)
+                )
             if request.pooling_params is not None:
                 if _pool(request, out):
                     finished.append(request)
@@ -478,6 +480,9 @@ class Scheduler:
                     lps,
                     prompt_logprobs=list(request.prompt_logprobs)
                     if num_before == 0 and request.prompt_logprobs is not None
+                    else None,
+                    prompt_ranks=list(request.prompt_ranks)
+                    if num_before == 0 and request.prompt_ranks is not None
                     else None,
                 )
             )
@@ -552,13 +557,19 @@ def _without(skipped: list[Request], requests: list[Request], tokens: list[int])
     return [r for r, _ in kept], [t for _, t in kept]
 
 
-def _record_prompt_logprobs(request: Request, start: int, rows: list[dict[int, float]]) -> None:
-    """Append the prompt logprobs a chunk from position ``start`` computed (row i: prompt token
-    start + i + 1's) to the request's, skipping those it already has (a recomputed prompt)."""
+def _record_prompt_logprobs(
+    request: Request, start: int, rows: list[dict[int, float]], ranks: list[int] | None
+) -> None:
+    """Append the prompt logprobs (and ranks) a chunk from position ``start`` computed (row i: prompt
+    token start + i + 1's) to the request's, skipping those it already has (a recomputed prompt)."""
     if request.prompt_logprobs is None:
         request.prompt_logprobs = [None]  # the first prompt token has no logprob
     have = len(request.prompt_logprobs)
     request.prompt_logprobs.extend(rows[max(have - (start + 1), 0) :])
+    if ranks is not None:
+        if request.prompt_ranks is None:
+            request.prompt_ranks = [None]
+        request.prompt_ranks.extend(ranks[max(len(request.prompt_ranks) - (start + 1), 0) :])
 
 
 def _computes_whole_prompt(request: Request) -> bool:

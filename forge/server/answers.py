@@ -66,10 +66,10 @@ class _UsageChunks:
 
 
 async def _events(
-    gen: Generation, base: Body, fmt: ChoiceFormat, head: list[Body], counts: _UsageChunks
+    gen: Generation, base: Body, fmt: ChoiceFormat, head: list[Body], counts: _UsageChunks, first: Body
 ) -> AsyncIterator[str]:
-    for choice in head:
-        yield sse({**base, "choices": [choice], **counts.so_far(0)})
+    for i, choice in enumerate(head):
+        yield sse({**base, "choices": [choice], **counts.so_far(0), **(first if i == 0 else {})})
     n_out = 0
     try:
         async for c, text, d in gen.events():
@@ -83,10 +83,17 @@ async def _events(
 
 
 def sse_answer(
-    gen: Generation, base: Body, options: StreamOptions | None, fmt: ChoiceFormat, head: list[Body] | None = None
+    gen: Generation,
+    base: Body,
+    options: StreamOptions | None,
+    fmt: ChoiceFormat,
+    head: list[Body] | None = None,
+    first: Body | None = None,
 ) -> StreamingResponse:
-    """The SSE stream of one call: the ``head`` choices, one chunk per delta, an error chunk if the
-    engine fails, the usage chunk when ``stream_options.include_usage``, then ``[DONE]``. With
-    ``include_usage`` and ``continuous_usage_stats`` every chunk carries the usage so far."""
+    """The SSE stream of one call: the ``head`` choices (the first of them also carrying the fields
+    ``first``), one chunk per delta, an error chunk if the engine fails, the usage chunk when
+    ``stream_options.include_usage``, then ``[DONE]``. With ``include_usage`` and
+    ``continuous_usage_stats`` every chunk carries the usage so far."""
     counts = _UsageChunks(options, gen.prompt_tokens)
-    return StreamingResponse(_events(gen, base, fmt, head or [], counts), media_type="text/event-stream")
+    events = _events(gen, base, fmt, head or [], counts, first or {})
+    return StreamingResponse(events, media_type="text/event-stream")

@@ -71,7 +71,14 @@ def server_state(
     metrics = ServerMetrics(name)
     metrics.ensure_labels()
     builder = RequestBuilder(
-        engine.tokenizer, limits, compiler, name, settings.max_n, settings.max_logprobs, settings.max_stop_len
+        engine.tokenizer,
+        limits,
+        compiler,
+        name,
+        settings.max_n,
+        settings.max_logprobs,
+        settings.max_stop_len,
+        settings.chat_template_text(),
     )
     return ServerState(
         engine=AsyncEngine(engine, metrics, settings.max_waiting),

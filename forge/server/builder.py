@@ -9,7 +9,8 @@ from typing import Any
 
 from forge.core.beam_params import BeamSearchParams
 from forge.core.sampling_params import SEED_MAX
-from forge.server.chat_messages import template_messages
+from forge.server.allowed_tokens import allowed_token_ids
+from forge.server.chat_messages import template_kwargs, template_messages
 from forge.server.checks import check_encodable, check_model, check_token_ids
 from forge.server.choices import ChoiceAsk, ChoiceSpec
 from forge.server.grammar import request_grammar
@@ -53,6 +54,7 @@ class RequestBuilder:
         max_n: int,
         max_logprobs: int,
         max_stop_len: int = 1024,
+        chat_template: str | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.limits = limits
@@ -61,6 +63,7 @@ class RequestBuilder:
         self.max_n = max_n
         self.max_logprobs = max_logprobs
         self.max_stop_len = max_stop_len
+        self.chat_template = chat_template  # server.chat_template's text (None: the tokenizer's own)
         self._ids = itertools.count()
 
     def next_id(self, prefix: str) -> str:
@@ -97,9 +100,11 @@ class RequestBuilder:
         final = messages[-1]["content"].strip()
         if body.continue_final_message:
             _check_continuable(body, messages[-1]["role"], final)
+        variables = self.tokenizer.chat_template_variables(self.chat_template)
+        kwargs = template_kwargs(body.chat_template_kwargs, variables)
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=body.add_generation_prompt, tools=tools
+                messages, body.add_generation_prompt, tools, self.chat_template, kwargs
             )
         except ValueError as exc:
             raise APIError(f"chat template failed: {exc}", param="messages") from exc
@@ -108,7 +113,7 @@ class RequestBuilder:
             if at < 0:
                 raise APIError("the template does not show the final message's text", param="continue_final_message")
             text = text[: at + len(final)]
-        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        has_template = bool(self.chat_template or getattr(self.tokenizer, "chat_template", None))
         ids = self.tokenizer.encode(text, add_special_tokens=not has_template)
         if not ids:
             raise APIError("the rendered chat is empty", param="messages")
@@ -148,6 +153,8 @@ class RequestBuilder:
         grammar = await request_grammar(body, ask.tool_spec, self.structured)
         if body.min_tokens and grammar is not None:
             raise APIError("min_tokens cannot be combined with structured output", param="min_tokens")
+        if body.allowed_token_ids is not None and grammar is not None:
+            raise APIError("allowed_token_ids cannot be combined with structured output", param="allowed_token_ids")
         sampling = Sampling(body, ask.logprobs, ask.prompt_logprobs, logit_bias(body, self.limits.vocab_size))
         out: list[ChoiceSpec] = []
         for pi, prompt in enumerate(prompts):
@@ -160,10 +167,11 @@ class RequestBuilder:
         ids, text = prompt
         prompt_param = "prompt" if isinstance(body, CompletionRequest) else "messages"
         budget = output_room(self.limits, len(ids), ask.max_tokens, ask.default_max_tokens, prompt_param)
-        check_output_floor(budget.max_tokens, body.min_tokens, grammar)
+        check_output_floor(budget.max_tokens, body.min_tokens)
         beam = _beam_for_prompt(ask.beam, budget.max_tokens, budget.room)
         per_prompt = ask.per_prompt(body.n)
         ending = ending_ids(body, self.tokenizer.eos_token_ids)
+        allowed = allowed_token_ids(body, self.limits.vocab_size, ending)
         return [
             ChoiceSpec(
                 index=pi * per_prompt + j,
@@ -178,6 +186,7 @@ class RequestBuilder:
                 ending_ids=ending,
                 include_stop_str=body.include_stop_str_in_output,
                 beam=beam,
+                allowed_ids=allowed,
             )
             for j in range(per_prompt)
         ]

@@ -62,7 +62,21 @@ class ChatFormat:
             if calls:
                 delta["tool_calls"] = [call.body(i) for i, call in enumerate(calls)]
                 reason = "tool_calls"
-        return {"index": c.index, "delta": delta, "logprobs": self.logprobs(d), "finish_reason": reason}
+        return {
+            "index": c.index,
+            "delta": delta,
+            "logprobs": self.logprobs(d),
+            "finish_reason": reason,
+            **self.ids(d),
+        }
+
+    def ids(self, d: Delta) -> dict[str, Any]:
+        """``return_token_ids`` (vLLM's): the choice's (or delta's) generated ids."""
+        return {"token_ids": list(d.token_ids)} if self.body.return_token_ids else {}
+
+    def prompt_ids(self) -> dict[str, Any]:
+        """``return_token_ids``: the prompt's ids, once on the response (or the stream's first chunk)."""
+        return {"prompt_token_ids": list(self.choices[0].prompt_ids)} if self.body.return_token_ids else {}
 
     def whole(self, c: ChoiceSpec, d: Delta) -> dict[str, Any]:
         content, calls = self.plan.parse(d.text) if self.plan is not None else (d.text, [])
@@ -72,17 +86,24 @@ class ChatFormat:
             message["content"] = (self.echo + content) or None
             message["tool_calls"] = [call.body() for call in calls]
             reason = "tool_calls"
-        return {"index": c.index, "message": message, "logprobs": self.logprobs(d), "finish_reason": reason}
+        return {
+            "index": c.index,
+            "message": message,
+            "logprobs": self.logprobs(d),
+            "finish_reason": reason,
+            **self.ids(d),
+        }
 
-    def prompt_logprobs(self, merged: dict[int, Delta]) -> dict[str, Any]:
-        """vLLM's chat shape: the prompt's logprobs once, on the response (every choice shares the prompt)."""
+    def top_level(self, merged: dict[int, Delta]) -> dict[str, Any]:
+        """vLLM's chat shape: the prompt's logprobs and ids once, on the response (every choice shares
+        the prompt)."""
         k = self.body.prompt_logprobs
         if k is None:
-            return {}
+            return self.prompt_ids()
         c = self.choices[0]
-        return {
-            "prompt_logprobs": vllm_prompt_logprobs(self.tokenizer, c.prompt_ids, merged[c.index].prompt_logprobs, k)
-        }
+        d = merged[c.index]
+        plp = vllm_prompt_logprobs(self.tokenizer, c.prompt_ids, d.prompt_logprobs, k, d.prompt_ranks)
+        return {"prompt_logprobs": plp, **self.prompt_ids()}
 
 
 def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> tuple[ToolPlan | None, tuple[list[int], str]]:
@@ -126,8 +147,8 @@ async def create_chat(state: ServerState, body: ChatCompletionRequest) -> Respon
     fmt = ChatFormat(body, state.builder.tokenizer, plan, choices)
     base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        return sse_answer(gen, base, body.stream_options, fmt, fmt.head())
-    return await json_answer(gen, {**base, "object": "chat.completion"}, fmt, fmt.prompt_logprobs)
+        return sse_answer(gen, base, body.stream_options, fmt, fmt.head(), fmt.prompt_ids())
+    return await json_answer(gen, {**base, "object": "chat.completion"}, fmt, fmt.top_level)
 
 
 def chat_router(state: ServerState) -> APIRouter:

@@ -45,3 +45,37 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             raise APIError("only tool messages carry tool_call_id", param=f"messages.{i}.tool_call_id")
         out.append(item)
     return out
+
+
+# Template variables the request sets through its own fields (or the tokenizer does): a
+# chat_template_kwargs entry may not set them.
+RESERVED_TEMPLATE_VARIABLES = {
+    "messages": "messages",
+    "tools": "tools",
+    "add_generation_prompt": "add_generation_prompt",
+    "bos_token": None,
+    "eos_token": None,
+    "pad_token": None,
+}
+
+
+def template_kwargs(kwargs: dict[str, Any] | None, variables: frozenset[str]) -> dict[str, Any]:
+    """vLLM's ``chat_template_kwargs``, checked against the ``variables`` the template reads: a key the
+    template never reads would change nothing, so it is a 400 naming it (as one the request or the
+    tokenizer already sets)."""
+    if not kwargs:
+        return {}
+    for key in sorted(kwargs):
+        if key in RESERVED_TEMPLATE_VARIABLES:
+            field = RESERVED_TEMPLATE_VARIABLES[key]
+            how = f"set it with the request's {field!r} field" if field else "the tokenizer sets it"
+            raise APIError(f"chat_template_kwargs may not set {key!r} ({how})", param="chat_template_kwargs")
+    unused = sorted(set(kwargs) - variables)
+    if unused:
+        shown = ", ".join(repr(k[:64]) for k in unused[:8])
+        raise APIError(
+            f"chat_template_kwargs: the chat template does not use {shown}",
+            param="chat_template_kwargs",
+            code="unsupported_field",
+        )
+    return dict(kwargs)

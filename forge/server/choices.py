@@ -10,6 +10,7 @@ from forge.core.beam_params import BeamSearchParams
 from forge.core.request import Request, TokenConstraint
 from forge.core.sampling_params import SamplingParams
 from forge.sched.fork import output_ids
+from forge.server.allowed_tokens import AllowedTokensConstraint
 from forge.server.min_tokens import MinTokensConstraint
 from forge.structured.base import ConstraintSpec, Grammar
 
@@ -48,6 +49,7 @@ class ChoiceSpec:
     min_tokens: int = 0
     ending_ids: frozenset[int] = frozenset()
     include_stop_str: bool = False
+    allowed_ids: frozenset[int] | None = None  # allowed_token_ids (vLLM's)
 
     beam: BeamSearchParams | None = None  # one of a beam search's results (the search is one request)
 
@@ -55,16 +57,25 @@ class ChoiceSpec:
     def forkable(self) -> bool:
         """Sampled with no per-sequence state beyond its seed (no constraint, no prompt logprobs):
         it may be a fork of a sibling over the same prompt (``SamplingParams.n``)."""
-        return self.grammar is None and not self.min_tokens and self.params.prompt_logprobs is None
+        return (
+            self.grammar is None
+            and not self.min_tokens
+            and self.allowed_ids is None
+            and self.params.prompt_logprobs is None
+        )
 
     def to_request(self, request_id: str, n: int = 1) -> Request:
         """The engine request of this choice (``n > 1``: and its ``n - 1`` forked siblings, which
         sample with ``seed + i`` as the choices after it do)."""
         constraint: TokenConstraint | None = None
         if self.grammar is not None:
-            constraint = self.grammar.constraint(self.params.max_tokens)
+            # a max_tokens below the grammar's shortest output: the constraint steers to a shortest
+            # output and the engine cuts it at max_tokens (finish_reason "length"), as OpenAI and vLLM
+            constraint = self.grammar.constraint(max(self.params.max_tokens, self.grammar.min_tokens))
         elif self.min_tokens:
             constraint = MinTokensConstraint(self.min_tokens, self.ending_ids)
+        if self.allowed_ids is not None:
+            constraint = AllowedTokensConstraint(self.allowed_ids, constraint)
         return Request(
             request_id=request_id,
             prompt_token_ids=list(self.prompt_ids),

@@ -29,12 +29,14 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's for completions
 
 class CompletionFormat:
     """A completions choice's shapes: ``echo`` puts the prompt (and, with ``logprobs``, its logprobs)
-    before the generated text; ``token_ids``: a whole choice also carries its generated ids."""
+    before the generated text; ``token_ids``: a whole choice also carries its generated ids; with
+    ``return_token_ids`` (vLLM's) every choice and chunk carries its ids, and a choice's first its
+    prompt's (``prompt_token_ids``)."""
 
     def __init__(self, body: CompletionRequest, tokenizer: Tokenizer, token_ids: bool) -> None:
         self.body = body
         self.tokenizer = tokenizer
-        self.token_ids = token_ids
+        self.token_ids = token_ids or body.return_token_ids
         self.k = body.logprobs or 0
         self.started: set[int] = set()  # streamed choices whose first chunk has been sent
 
@@ -60,7 +62,14 @@ class CompletionFormat:
         k = self.body.prompt_logprobs
         if k is None:
             return {}
-        return {"prompt_logprobs": vllm_prompt_logprobs(self.tokenizer, c.prompt_ids, d.prompt_logprobs, k)}
+        plp = vllm_prompt_logprobs(self.tokenizer, c.prompt_ids, d.prompt_logprobs, k, d.prompt_ranks)
+        return {"prompt_logprobs": plp}
+
+    def ids(self, c: ChoiceSpec, d: Delta, first: bool) -> dict[str, Any]:
+        """``return_token_ids``: the delta's ids, and on a choice's first the prompt's."""
+        if not self.body.return_token_ids:
+            return {}
+        return {**({"prompt_token_ids": list(c.prompt_ids)} if first else {}), "token_ids": list(d.token_ids)}
 
     def chunk(self, c: ChoiceSpec, text: ChoiceText, d: Delta) -> dict[str, Any]:
         first = c.index not in self.started
@@ -74,6 +83,7 @@ class CompletionFormat:
             "logprobs": logprobs,
             "finish_reason": d.finish_reason,
             **(self.prompt_logprobs(c, d) if first else {}),
+            **self.ids(c, d, first),
         }
 
     def whole(self, c: ChoiceSpec, d: Delta) -> dict[str, Any]:
@@ -85,6 +95,7 @@ class CompletionFormat:
             "finish_reason": d.finish_reason,
             "stop_reason": None,
             **self.prompt_logprobs(c, d),
+            **({"prompt_token_ids": list(c.prompt_ids)} if self.body.return_token_ids else {}),
             **({"token_ids": list(d.token_ids)} if self.token_ids else {}),
         }
 

@@ -20,6 +20,7 @@ class Delta:
     finish_reason: str | None = None
     # on the choice's first delta when prompt logprobs were asked for (RequestOutput.prompt_logprobs)
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_ranks: list[int | None] | None = None  # alongside prompt_logprobs (RequestOutput.prompt_ranks)
 
     @classmethod
     def merge(cls, parts: list[Delta]) -> Delta:
@@ -30,6 +31,7 @@ class Delta:
             [x for d in parts for x in d.logprobs],
             parts[-1].finish_reason if parts else "abort",
             next((d.prompt_logprobs for d in parts if d.prompt_logprobs is not None), None),
+            next((d.prompt_ranks for d in parts if d.prompt_ranks is not None), None),
         )
 
 
@@ -75,7 +77,7 @@ class ChoiceText:
         text, matched = self._releasable(final=out.finished)
         reason = "stop" if matched else (out.finish_reason if out.finished else None)
         self.finish_reason = reason
-        return Delta(text, new, list(out.logprobs or []), reason, out.prompt_logprobs)
+        return Delta(text, new, list(out.logprobs or []), reason, out.prompt_logprobs, out.prompt_ranks)
 
     def _extend(self, shown: list[int]) -> None:
         """``shown`` detokenized onto the text; where the ``min_tokens``-th token falls among them,

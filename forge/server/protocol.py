@@ -142,6 +142,8 @@ class SamplingFields(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     structured_outputs: StructuredOutputs | None = None
+    allowed_token_ids: list[TokenId] | None = None  # vLLM's: sampling restricted to these ids
+    return_token_ids: bool = False  # vLLM's: the prompt's and each choice's token ids in the answer
 
     def check_known_fields(self) -> None:
         """Undeclared fields are refused (a field accepted and ignored would change what the
@@ -243,6 +245,7 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     echo: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: extra variables for the chat template
 
 
 class TokenizeRequest(BaseModel):

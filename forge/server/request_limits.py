@@ -1,13 +1,12 @@
 """The limits a request is held to before it reaches the engine: how many sequences and logprobs it
 may ask for, and how many tokens each prompt may generate (the context length, the KV cache's size,
-``min_tokens`` and the shortest output its grammar allows)."""
+``min_tokens``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from forge.server.protocol import APIError
-from forge.structured.base import Grammar
 
 MAX_CHOICES = 256
 
@@ -74,12 +73,8 @@ def output_room(
     return OutputRoom(n_out, room)
 
 
-def check_output_floor(max_tokens: int, min_tokens: int, grammar: Grammar | None) -> None:
-    """400 when ``max_tokens`` is below ``min_tokens`` or the shortest output ``grammar`` allows."""
+def check_output_floor(max_tokens: int, min_tokens: int) -> None:
+    """400 when ``max_tokens`` is below ``min_tokens``. (A ``max_tokens`` below the shortest output a
+    grammar allows is not refused: the output is cut, a prefix of a valid one, as OpenAI and vLLM do.)"""
     if min_tokens > max_tokens:
         raise APIError(f"min_tokens={min_tokens} exceeds max_tokens={max_tokens}", param="min_tokens")
-    if grammar is not None and grammar.min_tokens > max_tokens:
-        raise APIError(
-            f"the shortest output matching the format needs {grammar.min_tokens} tokens; max_tokens={max_tokens}",
-            param="max_tokens",
-        )

@@ -67,22 +67,28 @@ def joined_logprobs(first: dict[str, Any], then: dict[str, Any]) -> dict[str, An
 
 
 def vllm_prompt_logprobs(
-    tokenizer: Tokenizer, prompt_ids: list[int], prompt_logprobs: list[dict[int, float] | None] | None, k: int
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    prompt_logprobs: list[dict[int, float] | None] | None,
+    k: int,
+    ranks: list[int | None] | None = None,
 ) -> list[dict[str, dict[str, Any]] | None] | None:
     """vLLM's ``prompt_logprobs``: per prompt token None (the first) or {token id: {logprob, rank,
     decoded_token}} for it and the top ``k`` (the engine's entries may hold more). ``rank`` is the
-    place among the top ``k`` (1: most likely); None for the prompt token when it is not among them
-    (its exact rank is not computed)."""
+    place among the top ``k`` (1: most likely); the prompt token's is its rank in the whole vocabulary
+    (``ranks``, the engine's: how many tokens are at least as likely), as vLLM gives it."""
     if prompt_logprobs is None:
         return None
     out: list[dict[str, dict[str, Any]] | None] = []
-    for tok, entries in zip(prompt_ids, prompt_logprobs, strict=False):
+    for p, (tok, entries) in enumerate(zip(prompt_ids, prompt_logprobs, strict=False)):
         if entries is None:
             out.append(None)
             continue
         ranked: list[tuple[int, float, int | None]] = [(t, lp, i + 1) for i, (t, lp) in enumerate(_top(entries, k))]
+        own = ranks[p] if ranks is not None and p < len(ranks) else None
+        ranked = [(t, lp, own if t == tok and own is not None else r) for t, lp, r in ranked]
         if tok in entries and all(t != tok for t, _, _ in ranked):
-            ranked.insert(0, (tok, entries[tok], None))
+            ranked.insert(0, (tok, entries[tok], own))
         out.append(
             {str(t): {"logprob": lp, "rank": rank, "decoded_token": token_str(tokenizer, t)} for t, lp, rank in ranked}
         )

@@ -71,6 +71,7 @@ def _beam(body: CompletionRequest, max_n: int) -> BeamSearchParams:
         "frequency_penalty": body.frequency_penalty != 0.0,
         "repetition_penalty": body.repetition_penalty != 1.0,
         "logit_bias": bool(body.logit_bias),
+        "allowed_token_ids": body.allowed_token_ids is not None,
         "logprobs": body.logprobs is not None,
         "prompt_logprobs": body.prompt_logprobs is not None,
         "echo": body.echo,

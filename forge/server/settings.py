@@ -44,6 +44,8 @@ class ServerSettings:
     ``tool_call_parser``: how tool calls are read from the model's text (``hermes``,
     ``llama3_json`` or ``mistral``; ``forge.server.tools.PARSERS``), like vLLM's
     ``--tool-call-parser``; null: only ``tool_choice`` required/named calls are made.
+    ``chat_template``: a Jinja2 chat template file used instead of the model's own (vLLM's
+    ``--chat-template``); null: the model's.
     ``state_dir``: where ``/v1/files`` and ``/v1/batches`` keep their files and batch records
     (null: ``server-state`` in forge's cache, ``$FORGE_CACHE_DIR`` or ``~/.cache/forge``); a batch
     in progress when the server stops resumes when a server of the same model starts on it.
@@ -76,6 +78,7 @@ class ServerSettings:
     max_json_nesting: int = MAX_JSON_NESTING
     trusted_proxies: list[str] = field(default_factory=list)
     tool_call_parser: str | None = "hermes"
+    chat_template: str | None = None
     state_dir: str | None = None
     batch_max_in_flight: int = 4
     batch_priority: int = 1000
@@ -140,6 +143,16 @@ class ServerSettings:
         from forge.core.cache import cache_dir
 
         return cache_dir() / "server-state"
+
+    def chat_template_text(self) -> str | None:
+        """``chat_template``'s file read and compiled (ValueError, at startup, when it does not compile)."""
+        if self.chat_template is None:
+            return None
+        from forge.tokenizers.chat_template import compile_template
+
+        text = Path(self.chat_template).expanduser().read_text(encoding="utf-8")
+        compile_template(text)
+        return text
 
     def keys(self) -> frozenset[str]:
         env = os.environ.get("FORGE_API_KEY")

@@ -17,6 +17,7 @@ class Tokenizer(ABC):
     bos_token_id: int | None
     eos_token_ids: frozenset[int]
     vocab_size: int
+    chat_template: str | None = None  # a Jinja2 chat template (a model file's); None: a plain transcript
 
     @abstractmethod
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
@@ -45,15 +46,32 @@ class Tokenizer(ABC):
         generator left in the same state (a tokenizer may draw them together, faster)."""
         return [self.random_token_ids(n, rng) for n in lengths]
 
+    def template_tokens(self) -> dict[str, str | None]:
+        """The special tokens a chat template sees (``bos_token``, ``eos_token``, ``pad_token``)."""
+        return {"bos_token": None, "eos_token": None, "pad_token": None}
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
+        template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """Render a chat (``tools``: OpenAI tool definitions, given to the template as HF's
-        ``tools=``; messages may hold ``tool_calls`` and ``tool_call_id``). Tokenizers without a
-        template of their own use a plain transcript (tools and tool calls as JSON lines)."""
+        ``tools=``; messages may hold ``tool_calls`` and ``tool_call_id``) with ``template`` or the
+        tokenizer's own ``chat_template`` (Jinja2, rendered as Hugging Face does; the text then holds
+        the template's special tokens: encode it with ``add_special_tokens=False``), given
+        ``template_kwargs`` as further variables. Without a template: a plain transcript (tools and
+        tool calls as JSON lines), which takes no ``template_kwargs`` (ValueError)."""
+        source = template or self.chat_template
+        if source:
+            from forge.tokenizers.chat_template import render_chat
+
+            extra = {**({"tools": tools} if tools else {}), **(template_kwargs or {})}
+            return render_chat(source, messages, add_generation_prompt, self.template_tokens(), **extra)
+        if template_kwargs:
+            raise ValueError("the plain transcript (no chat template) takes no template variables")
         lines = [f"tools: {json.dumps(tools)}"] if tools else []
         for m in messages:
             lines.append(f"{m['role']}: {m['content']}")
@@ -61,6 +79,15 @@ class Tokenizer(ABC):
         if add_generation_prompt:
             lines.append("assistant:")
         return "\n".join(lines)
+
+    def chat_template_variables(self, template: str | None = None) -> frozenset[str]:
+        """The variables ``template`` (or the tokenizer's own template) reads; none without one."""
+        source = template or self.chat_template
+        if not source:
+            return frozenset()
+        from forge.tokenizers.chat_template import template_variables
+
+        return template_variables(source)
 
 
 class IncrementalDetokenizer:

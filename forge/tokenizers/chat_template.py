@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any, NoReturn
 
 import jinja2
+from jinja2 import meta
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -50,6 +51,14 @@ def compile_template(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
+
+
+@lru_cache(maxsize=16)
+def template_variables(source: str) -> frozenset[str]:
+    """The variables the template reads from its context (Jinja2's ``find_undeclared_variables``: every
+    name it uses without setting it, wherever it is, even in a branch a render may not take)."""
+    env = compile_template(source).environment
+    return frozenset(meta.find_undeclared_variables(env.parse(source)))
 
 
 def render_chat(

@@ -16,7 +16,6 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import processors
 
 from forge.tokenizers.base import Tokenizer
-from forge.tokenizers.chat_template import render_chat
 
 
 def special_tokens_processor(backend: Backend, bos: str | None, eos: str | None) -> processors.TemplateProcessing:
@@ -70,27 +69,13 @@ class HFTokenizer(Tokenizer):
     def token(self, token_id: int | None) -> str | None:
         return None if token_id is None else self.backend.id_to_token(token_id)
 
-    def apply_chat_template(
-        self,
-        messages: list[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> str:
-        """The file's own template rendered with jinja2 (plain transcript if it has none).
-
-        The text already holds the template's special tokens; encode it with
-        ``add_special_tokens=False``.
-        """
-        if not self.chat_template:
-            return super().apply_chat_template(messages, add_generation_prompt, tools)
+    def template_tokens(self) -> dict[str, str | None]:
         eos = min(self.eos_token_ids) if self.eos_token_ids else None
-        special = {
+        return {
             "bos_token": self.token(self.bos_token_id),
             "eos_token": self.token(eos),
             "pad_token": self.token(self.pad_token_id),
         }
-        extra = {"tools": tools} if tools else {}
-        return render_chat(self.chat_template, messages, add_generation_prompt, special, **extra)
 
 
 def _read_json(path: str) -> dict[str, Any]:
