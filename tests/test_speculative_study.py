@@ -8,13 +8,20 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from experiments.speculative.workloads import FUNCTIONS, chat_messages, drawn_functions, grounded_prompts
+from experiments.speculative.study import run_case
+from experiments.speculative.workloads import FUNCTIONS, QUESTIONS, chat_messages, drawn_functions, grounded_prompts
 
 
 def test_each_seed_draws_its_own_prompts_from_the_whole_list() -> None:
     assert grounded_prompts(4, 1) != grounded_prompts(4, 2) and chat_messages(4, 1) != chat_messages(4, 3)
     assert grounded_prompts(4, 2) == grounded_prompts(4, 2)  # a seed's prompts are reproducible
     assert {f.__name__ for f in drawn_functions(len(FUNCTIONS), 5)} == {f.__name__ for f in FUNCTIONS}
+
+
+def test_the_seed_changes_the_synthetic_models_tokens() -> None:
+    n = len(QUESTIONS)
+    a, b = (run_case("synthetic", "chat", "none", "simulated", n, 8, None, n, seed=s)["outputs"] for s in (1, 2))
+    assert sorted(map(tuple, a)) != sorted(map(tuple, b))  # the same questions, so only the model can differ
 
 
 def test_speculative_study_tiny_runs_every_case_over_the_seeds(tmp_path) -> None:
