@@ -1,11 +1,12 @@
 """``python -m experiments.run <study> [--size small|tiny] [--out DIR]`` regenerates ``reports/<study>/``.
 
-Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing, kv_memory
-(see each module's docstring).
+Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing, kv_memory,
+speculative (its simulated section; see each module's docstring).
 ``--size tiny`` is a smoke test (seconds; what the test suite runs into a temporary directory).
-The studies that compare options (fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, kv_sharing, kv_memory)
+The studies that compare options (fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, kv_sharing, kv_memory,
+speculative)
 run every configuration with each of ``experiments.seeds.SEEDS`` and report the mean ± 95% CI over them (kv_memory's
-deterministic window and accuracy sections run once)."""
+deterministic window and accuracy sections run once; speculative's SmolLM2 sections are their own one-seed commands)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ STUDIES = (
     "routing",
     "disaggregation",
     "gpu_capacity",
+    "speculative",
 )
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,13 @@
-"""Plots and reports/speculative/README.md from the study CSVs (python experiments/speculative/make_report.py)."""
+"""Plots and reports/speculative/README.md from the study CSVs: each configuration's mean ± 95% CI
+over its seeds (``summary``), error bars in the plots.
+
+    python experiments/speculative/make_report.py [--dir reports/speculative]
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -10,11 +16,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository's packages
+
+from experiments.plots import mean_and_ci
+from experiments.speculative.summary import findings, summarize, table
+
 OUT = Path(__file__).resolve().parents[2] / "reports" / "speculative"
+PER_SEED = "_per_seed.csv"  # a study CSV so named gets its aggregate written beside it, without the suffix
 
 
-def load(name: str) -> tuple[pd.DataFrame | None, dict[str, str]]:
-    path = OUT / name
+def load(path: Path) -> tuple[pd.DataFrame | None, dict[str, str]]:
     if not path.exists():
         return None, {}
     meta = {}
@@ -29,14 +40,18 @@ def load(name: str) -> tuple[pd.DataFrame | None, dict[str, str]]:
 
 
 def plot_speedup(df: pd.DataFrame, path: Path, title: str) -> None:
+    """Speedup and tokens per target forward vs batch: the mean over seeds with a 95% CI error bar."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     spec = df[df.drafter != "none"]
     for (workload, drafter), g in spec.groupby(["workload", "drafter"]):
-        axes[0].plot(g.batch, g.speedup, marker="o", label=f"{workload} / {drafter}")
-        axes[1].plot(g.batch, g.tokens_per_target_forward, marker="o", label=f"{workload} / {drafter}")
+        for ax, metric in zip(axes, ("speedup", "tokens_per_target_forward"), strict=True):
+            xs, means, half = mean_and_ci(g, "batch", metric)
+            ax.errorbar(xs, means, yerr=half, marker="o", capsize=3, label=f"{workload} / {drafter}")
     axes[0].axhline(1.0, color="grey", lw=0.8, ls="--")
-    axes[0].set(xscale="log", xlabel="batch (concurrent requests)", ylabel="speedup vs no speculation", title=title)
+    axes[0].set(xscale="log", xlabel="batch (concurrent requests)", ylabel="speedup vs no speculation")
     axes[1].set(xscale="log", xlabel="batch (concurrent requests)", ylabel="tokens per target forward")
+    seeds = sorted(df.seed.unique()) if "seed" in df else []
+    fig.suptitle(title + (f"\nmean ± 95% CI over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""))
     for ax in axes:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -45,135 +60,138 @@ def plot_speedup(df: pd.DataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def table(df: pd.DataFrame) -> str:
-    cols = [
-        "workload",
-        "drafter",
-        "batch",
-        "output_tokens",
-        "seconds",
-        "speedup",
-        "tokens_per_target_forward",
-        "mean_acceptance_length",
-        "acceptance_rate",
-        "acceptance_per_position",
-        "identical_to_no_spec",
+def seeds_line(d: pd.DataFrame) -> str:
+    if "seed" not in d:
+        return "Seeds: one run per case, before the study ran seeds (requests in the fixed order of the lists)."
+    seeds = sorted(int(s) for s in d.seed.unique())
+    return f"Seeds: {', '.join(map(str, seeds))} (each case once per seed; per-seed rows in this CSV)."
+
+
+def provenance(name: str, d: pd.DataFrame | None, meta: dict[str, str]) -> list[str]:
+    if d is None:
+        return [f"`{name}`: not run yet.", ""]
+    return [
+        f"`{name}` ({', '.join(sorted(d.workload.unique()))}):  ",
+        f"Command: `{meta.get('command', '?')}`  ",
+        f"Commit: `{meta.get('commit', '?')}`; CPU: {meta.get('cpu', '?')} (shared with other jobs).  ",
+        *[f"`uptime` {k[len('uptime ') :]}: `{v}`  " for k, v in meta.items() if k.startswith("uptime")],
+        seeds_line(d) + "  ",
+        "",
     ]
-    cols[3:3] = [c for c in ("requests",) if c in df]
-    cols[cols.index("output_tokens") + 1 : cols.index("output_tokens") + 1] = [c for c in ("preemptions",) if c in df]
-    cols[cols.index("speedup") + 1 : cols.index("speedup") + 1] = [
-        c for c in ("decode_speedup", "prefill_step_seconds", "decode_step_seconds") if c in df
-    ]
-    cols += [c for c in ("copied_fraction", "loadavg") if c in df]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df[cols].iterrows():
-        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in r]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
-def findings(df: pd.DataFrame, goals: bool) -> list[str]:
-    """Goals at batch 1 on the grounded workload and where speculation stops paying, from the table."""
-    out = []
-    spec = df[df.drafter != "none"]
-    for (workload, drafter), g in spec.groupby(["workload", "drafter"], sort=False):
-        g = g.sort_values("batch")
-        b1 = g[g.batch == g.batch.min()].iloc[0]
-        losing = g[g.speedup < 1.0]
-        stop = f"slower than no speculation from batch {int(losing.batch.min())}" if len(losing) else "never slower"
-        best = g.loc[g.speedup.idxmax()]
-        line = (
-            f"- {workload} / {drafter}: batch {int(b1.batch)}: {b1.tokens_per_target_forward:.2f} tokens per target "
-            f"forward, {b1.speedup:.2f}x speedup"
-            + (f" ({b1.decode_speedup:.2f}x on the decode steps)" if "decode_speedup" in g else "")
-            + f"; best {best.speedup:.2f}x at batch {int(best.batch)}; {stop} "
-            f"(batches run: {', '.join(str(int(b)) for b in g.batch)})."
-        )
-        if goals and workload == "grounded" and int(b1.batch) == 1:
-            ok_t = "met" if b1.tokens_per_target_forward >= 2.0 else "NOT met"
-            ok_s = "met" if b1.speedup >= 1.5 else "NOT met"
-            line += f" Goals at batch 1: >= 2.0 tokens per forward {ok_t}, >= 1.5x speedup {ok_s}."
-        out.append(line)
-    return out
-
-
-def section(names: str | list[str], title: str, plot: str, blurb: str, goals: bool = True) -> list[str]:
+def section(out: Path, names: str | list[str], title: str, plot: str, blurb: str, goals: bool = True) -> list[str]:
     """One README section from one or more CSVs (each with its own command, commit and uptime lines)."""
     names = [names] if isinstance(names, str) else names
-    loaded = [(name, *load(name)) for name in names]
+    loaded = [(name, *load(out / name)) for name in names]
     missing = [name for name, df, _ in loaded if df is None]
     if len(missing) == len(names):
         return [f"## {title}", "", f"Not run yet (`{'`, `'.join(missing)}` missing).", ""]
     df = pd.concat([d for _, d, _ in loaded if d is not None], ignore_index=True)
-    plot_speedup(df, OUT / plot, title)
-    provenance: list[str] = []
-    for name, d, meta in loaded:
-        if d is None:
-            provenance += [f"`{name}`: not run yet.", ""]
-            continue
-        provenance += [
-            f"`{name}` ({', '.join(sorted(d.workload.unique()))}):  ",
-            f"Command: `{meta.get('command', '?')}`  ",
-            f"Commit: `{meta.get('commit', '?')}`; CPU: {meta.get('cpu', '?')} (shared with other jobs).  ",
-            *[f"`uptime` {k[len('uptime ') :]}: `{v}`  " for k, v in meta.items() if k.startswith("uptime")],
-            "",
-        ]
+    plot_speedup(df, out / plot, title)
+    agg = summarize(df)
+    for name, d, _ in loaded:
+        if d is not None and name.endswith(PER_SEED):
+            summarize(d).to_csv(out / name.replace(PER_SEED, ".csv"), index=False)
     return [
         f"## {title}",
         "",
         blurb,
         "",
-        *findings(df, goals),
+        *findings(agg, goals),
         "",
-        *provenance,
-        table(df),
+        *[line for name, d, meta in loaded for line in provenance(name, d, meta)],
+        table(agg),
         "",
         f"![{title}]({plot})",
         "",
     ]
 
 
-def main() -> None:
+INTRO = [
+    "# Speculative decoding study",
+    "",
+    "Generated by `python -m experiments.run speculative` (runs the simulated synthetic section over the seeds, "
+    "then this report) or `python experiments/speculative/make_report.py` (this report from the CSVs here).",
+    "All runs are greedy (`temperature=0`, `ignore_eos=true`), all requests arrive at t = 0 and",
+    "`engine.max_num_seqs` = batch; speedup = time without a drafter / time with it, on identical",
+    "requests; `identical_to_no_spec` checks every output token against the non-speculative run of the same",
+    "seed. Tokens per target forward = output tokens / (request, step) verifications (including the",
+    "first token after prefill). Mean acceptance length = tokens emitted per verified draft (accepted",
+    "draft tokens + the target's own token), over the steps that had a draft; acceptance rate = accepted /",
+    "proposed draft tokens. Drafter: `ngram`, `num_speculative_tokens=5`, n in [1, 4], adaptive.",
+    "",
+    "Seeds: a case run over seeds (`--seeds`, default `experiments.seeds.SEEDS` = 1, 2, 3) runs once per seed; "
+    "the seed is the `seed` setting (the synthetic model's next-token hash) and draws the workload (which "
+    "stdlib functions or questions the requests get, in which order). A table cell is then the mean ± the "
+    "half-width of its 95% confidence interval over the seeds (Student's t with n - 1 degrees of freedom; "
+    "a single value where one seed ran), plots show it as error bars, and `identical_to_no_spec` is the number "
+    "of seeds (k/n) whose outputs were identical to no speculation. Per-seed rows: the `*_per_seed.csv` files; "
+    "their aggregates: the same names without `_per_seed`.",
+    "",
+]
+SYNTHETIC = (
+    "The synthetic stand-in does not read its prompt (next token = hash of the seed and the last `order` "
+    "tokens), so its acceptance comes from its own repetitiveness, not from the stdlib text in the prompt: "
+    "`grounded` uses `order=1, repetitiveness=0.98` as a proxy for copying, `chat` uses "
+    "`order=1, repetitiveness=0.8`; the seed changes every generated token (and the prompts, hence the "
+    "prefill). `output_tokens` falls short of batch x 256 where a seed's draw gives `functools._c3_merge`: "
+    "its 1,875-token prompt leaves 173 tokens of the synthetic model's 2,048-token context (the same requests "
+    "with and without the drafter). The roofline charges each step max(compute, memory): at small batch "
+    "a step costs the weight read whatever the number of tokens, so drafts are almost free; as the "
+    "batch grows, the step becomes compute-bound and rejected drafts cost real FLOPs."
+)
+# why the real-model sections stay one run per case (the measured durations are in their CSVs' uptime lines)
+REAL_ONE_SEED = (
+    "**One seed.** This section was not rerun over seeds: its two CSVs took 5.8 min (simulated clock) + 4.8 min "
+    "(wall clock) for one run per case on this 2-core machine when it was idle (load ~2), so three seeds need "
+    "about 32 min of an idle machine, and the machine is shared with other jobs (load average 12-13 when the "
+    "seeds were added), which would both stretch that and distort the wall-clock times; the rows are from "
+    "`70c3cea`, before seeds, with the requests in the lists' fixed order. Rerun over seeds with the commands "
+    "above (the study now runs `--seeds 1,2,3` by default) on a quiet machine. "
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="reports/speculative/README.md from the study CSVs")
+    ap.add_argument("--dir", type=Path, default=OUT, help="the CSVs' directory, where the report is written")
+    out = ap.parse_args(argv).dir
     lines = [
-        "# Speculative decoding study",
-        "",
-        "Generated by `python experiments/speculative/make_report.py` from the CSVs in this directory.",
-        "All runs are greedy (`temperature=0`, `ignore_eos=true`), all requests arrive at t = 0 and",
-        "`engine.max_num_seqs` = batch; speedup = time without a drafter / time with it, on identical",
-        "requests; `identical_to_no_spec` checks every output token against the non-speculative run.",
-        "Tokens per target forward = output tokens / (request, step) verifications (including the",
-        "first token after prefill). Mean acceptance length = tokens emitted per verified draft (accepted",
-        "draft tokens + the target's own token), over the steps that had a draft; acceptance rate = accepted /",
-        "proposed draft tokens. Drafter: `ngram`, `num_speculative_tokens=5`, n in [1, 4], adaptive.",
-        "",
+        *INTRO,
+        *section(
+            out,
+            "synthetic_simulated_per_seed.csv",
+            "Simulated clock: synthetic model charged as Llama-3-8B on an H100 (roofline)",
+            "sim_speedup.png",
+            SYNTHETIC,
+            goals=False,  # the issue's goals are about the real model's input-grounded workload
+        ),
+        *real_sections(out),
     ]
-    lines += section(
-        "synthetic_simulated.csv",
-        "Simulated clock: synthetic model charged as Llama-3-8B on an H100 (roofline)",
-        "sim_speedup.png",
-        "The synthetic stand-in does not read its prompt (next token = hash of the last `order` tokens), so "
-        "its acceptance comes from its own repetitiveness, not from the stdlib text in the prompt: "
-        "`grounded` uses `order=1, repetitiveness=0.98` as a proxy for copying, `chat` uses "
-        "`order=1, repetitiveness=0.8`. The roofline charges each step max(compute, memory): at small batch "
-        "a step costs the weight read whatever the number of tokens, so drafts are almost free; as the "
-        "batch grows, the step becomes compute-bound and rejected drafts cost real FLOPs.",
-        goals=False,  # the issue's goals are about the real model's input-grounded workload
-    )
+    (out / "README.md").write_text("\n".join(lines))
+    print(out / "README.md")
+
+
+def real_sections(out: Path) -> list[str]:
     grounded = (
         "`grounded` prompts are completion-style (no chat template): the source of a small stdlib function "
         "(`textwrap.wrap`, `string.capwords`, `functools.total_ordering`, `textwrap.fill`, `shlex.split`, "
-        "`functools.wraps`, `textwrap.shorten`, `functools._c3_merge`, `textwrap.indent`, in turn), shown "
+        "`functools.wraps`, `textwrap.shorten`, `functools._c3_merge`, `textwrap.indent`, in turn; "
+        "a run over seeds takes them in each seed's shuffled order), shown "
         "twice, then a third copy cut two words into its docstring, so the model continues it verbatim. "
         "`copied_fraction` = share of the output (up to the length of the rest of the passage) that reproduces "
         "it character for character from the start; the rest is the model drifting from the passage (then it "
         "keeps generating, since `ignore_eos`). `chat` prompts are open questions through the chat template. "
         "Batch 1 runs 8 requests one after another (`--min-requests 8`). "
     )
-    lines += section(
+    lines = section(
+        out,
         "real_smollm2_wall.csv",
         "Wall clock on CPU: SmolLM2-135M-Instruct (model=smollm2)",
         "real_speedup.png",
-        grounded + "Wall time on a 2-core machine shared with other engineers' jobs (`loadavg` = 1-minute "
+        grounded
+        + REAL_ONE_SEED
+        + "Wall time on a 2-core machine shared with other engineers' jobs (`loadavg` = 1-minute "
         "load average before->after each case, `uptime` above; the runs used `backend.num_threads=2` after the "
         "other benchmarks had stopped, so a load near 2 is this run itself) and `engine.kv_cache_memory_gib=2` "
         "so that batch 32 runs without preemption (the default 0.5 GiB holds about 11k SmolLM2 tokens); "
@@ -188,18 +206,21 @@ def main() -> None:
         "Samples of the grounded outputs: [real_smollm2_grounded_samples.md](real_smollm2_grounded_samples.md).",
     )
     lines += section(
+        out,
         "real_smollm2_simulated.csv",
         "Simulated clock: SmolLM2-135M-Instruct's own dims on an H100 (roofline)",
         "real_sim_speedup.png",
-        grounded + "The real model computes every token on the CPU (so acceptance is the real model's), but "
+        grounded
+        + REAL_ONE_SEED
+        + "The real model computes every token on the CPU (so acceptance is the real model's), but "
         "time is the roofline's prediction for a 135M model on an H100 (`clock=simulated`, `model: auto`): "
         "with so few weights to read, every step up to batch 32 costs about the same, so even the chat "
-        "workload's few accepted drafts pay; the crossover to a slowdown needs far larger batches (see the "
-        "8B-dims synthetic section above, where chat turns into a slowdown at batch 256). Batches above 32 are "
+        "workload's few accepted drafts pay; a crossover to a slowdown needs far larger batches (see the "
+        "8B-dims synthetic section above, where the chat workload's speedup shrinks toward 1 as the batch grows "
+        "to 256). Batches above 32 are "
         "not run with the real model: it computes every token on this 2-core CPU.",
     )
-    (OUT / "README.md").write_text("\n".join(lines))
-    print(OUT / "README.md")
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Speculative-decoding study: acceptance, tokens per target forward and speedup vs no speculation.
 
     python experiments/speculative/study.py --model synthetic --clock simulated --out reports/speculative/sim.csv
+    python -m experiments.run speculative  # the committed simulated section over the seeds, then the report
     python experiments/speculative/study.py --model tiny --clock wall --out reports/speculative/tiny_wall.csv
     python experiments/speculative/study.py --model smollm2 --clock wall --threads 2 --max-tokens 96 \
         --min-requests 8 --kv-gib 2 --out reports/speculative/real_smollm2_wall.csv
@@ -10,8 +11,10 @@
 Every case is run without a drafter and with each drafter on identical requests (all arriving at
 t = 0, batch = max_num_seqs; number of requests = batch, or the smallest multiple of it that is
 at least ``--min-requests``, so that batch 1 averages over several prompts run one after another).
-Greedy outputs with and without speculation are checked to be identical. Time is the engine clock
-from the first step to the last finish.
+Every case runs once per seed (``--seeds``, default ``experiments.seeds.SEEDS``): the seed is the
+``seed`` setting (the synthetic model's tokens) and draws the workload's prompts (``workloads.drawn``:
+which stdlib functions / questions, in which order). Greedy outputs with and without speculation are
+checked to be identical, per seed. Time is the engine clock from the first step to the last finish.
 For the grounded workload, ``copied_fraction`` is the share of the output characters (up to the
 length of the expected continuation) that reproduce the prompt's passage verbatim from the start;
 ``loadavg`` is the 1-minute load average before and after the case (wall times on a shared machine).
@@ -30,10 +33,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository's packages
 
-from workloads import FUNCTIONS, chat_messages, copied_prefix, grounded_prompts
-
+from experiments.seeds import SEEDS
+from experiments.speculative.workloads import chat_messages, copied_prefix, drawn_functions, grounded_prompts
 from forge import LLM, SamplingParams
 
 MODELS = {
@@ -63,9 +66,11 @@ def run_case(
     threads: int | None,
     num_requests: int,
     kv_gib: float | None = None,
+    seed: int = SEEDS[0],
 ) -> dict[str, Any]:
     overrides = [
         *MODELS[model][workload],
+        f"seed={seed}",
         *DRAFTERS[drafter],
         f"clock={clock}",
         f"engine.max_num_seqs={batch}",
@@ -76,9 +81,9 @@ def run_case(
     llm = LLM(*overrides)
     expected: list[str] = []
     if workload == "grounded":
-        prompts, expected = grounded_prompts(num_requests)
+        prompts, expected = grounded_prompts(num_requests, seed)
     else:
-        prompts = [llm.tokenizer.apply_chat_template(m) for m in chat_messages(num_requests)]
+        prompts = [llm.tokenizer.apply_chat_template(m) for m in chat_messages(num_requests, seed)]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     engine = llm.engine
     load_before = os.getloadavg()[0]
@@ -99,6 +104,7 @@ def run_case(
         "drafter": drafter,
         "clock": clock,
         "batch": batch,
+        "seed": seed,
         "requests": num_requests,
         "output_tokens": n_out,
         "seconds": elapsed,
@@ -122,13 +128,14 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="synthetic", choices=sorted(MODELS))
     ap.add_argument("--clock", default="simulated", choices=["simulated", "wall"])
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--workloads", default="grounded,chat")
     ap.add_argument("--drafters", default="none,ngram")
+    ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="each case runs once per seed")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None, help="backend.num_threads (default: torch's)")
     ap.add_argument(
@@ -143,9 +150,10 @@ def main() -> None:
         "--samples-out", default=None, help="markdown file with the grounded outputs (no drafter, most requests)"
     )
     ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    return ap.parse_args(argv)
+
+
+def provenance(command: str) -> dict[str, str]:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu = next(
         (
@@ -156,71 +164,79 @@ def main() -> None:
         platform.processor(),
     )
     dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-    meta = {
-        "command": " ".join(["python", *sys.argv]),
+    return {
+        "command": command,
         "commit": rev + (" with uncommitted work" if dirty else ""),
         "cpu": f"{cpu}, {os.cpu_count()} cores",
         "uptime at start": uptime(),
     }
+
+
+Samples = tuple[str, int, list[str], list[str]]  # command, seed, expected continuations, outputs
+
+
+def run_seed(args: argparse.Namespace, workload: str, batch: int, seed: int) -> tuple[list[dict[str, Any]], Samples]:
+    """Every drafter on one seed's requests; each row checked against the first drafter's (no drafter)."""
+    rows: list[dict[str, Any]] = []
+    base: dict[str, Any] = {}
+    samples: Samples = ("", seed, [], [])
+    num_requests = batch * -(-args.min_requests // batch)
+    for drafter in args.drafters.split(","):
+        case = (args.model, workload, drafter, args.clock, batch, args.max_tokens, args.threads, num_requests)
+        row = run_case(*case, args.kv_gib, seed)
+        outputs, texts, expected = row.pop("outputs"), row.pop("texts"), row.pop("expected")
+        if not base:
+            for text in texts[: args.show]:
+                print(f"--- {workload} output (seed {seed}) ---\n{text}\n---", flush=True)
+            samples = (" ".join(sys.argv), seed, expected, texts)
+            base = {**row, "outputs": outputs}
+        row["identical_to_no_spec"] = outputs == base["outputs"]
+        row["speedup"] = base["seconds"] / row["seconds"]
+        row["decode_speedup"] = base["decode_step_seconds"] / row["decode_step_seconds"]
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        rows.append(row)
+    return rows, samples
+
+
+def main(argv: list[str] | None = None, command: str | None = None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = provenance(command or " ".join(["python", *sys.argv]))
     writer: csv.DictWriter[str] | None = None
-    samples: tuple[str, list[str], list[str]] = ("", [], [])
+    samples: Samples = ("", 0, [], [])
     with out.open("w", newline="") as f:
         f.write("".join(f"# {k}: {v}\n" for k, v in meta.items()))
         for workload in args.workloads.split(","):
             for batch in map(int, args.batches.split(",")):
-                base: dict[str, Any] | None = None
-                for drafter in args.drafters.split(","):
-                    num_requests = batch * -(-args.min_requests // batch)
-                    row = run_case(
-                        args.model,
-                        workload,
-                        drafter,
-                        args.clock,
-                        batch,
-                        args.max_tokens,
-                        args.threads,
-                        num_requests,
-                        args.kv_gib,
-                    )
-                    outputs = row.pop("outputs")
-                    texts = row.pop("texts")
-                    expected = row.pop("expected")
-                    if base is None:
-                        for text in texts[: args.show]:
-                            print(f"--- {workload} output ---\n{text}\n---", flush=True)
-                        if args.samples_out and expected and len(expected) >= len(samples[1]):
-                            samples = (" ".join(sys.argv), expected, texts)
-                    if base is None:
-                        base = {**row, "outputs": outputs}
-                    row["identical_to_no_spec"] = outputs == base["outputs"]
-                    row["speedup"] = base["seconds"] / row["seconds"]
-                    row["decode_speedup"] = base["decode_step_seconds"] / row["decode_step_seconds"]
+                for seed in map(int, args.seeds.split(",")):
+                    rows, drawn = run_seed(args, workload, batch, seed)
+                    if drawn[2] and len(drawn[2]) > len(samples[2]):
+                        samples = drawn
                     if writer is None:
-                        writer = csv.DictWriter(f, fieldnames=list(row))
+                        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
                         writer.writeheader()
-                    writer.writerow(row)
+                    writer.writerows(rows)
                     f.flush()  # a long run leaves its finished cases behind
-                    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         f.write(f"# uptime at end: {uptime()}\n")
     if args.samples_out:
         write_samples(Path(args.samples_out), args.model, *samples)
 
 
-def write_samples(path: Path, model: str, command: str, expected: list[str], texts: list[str]) -> None:
-    """Each distinct grounded prompt's expected continuation vs the model's greedy output."""
+def write_samples(path: Path, model: str, command: str, seed: int, expected: list[str], texts: list[str]) -> None:
+    """Each distinct grounded prompt's expected continuation vs the model's greedy output (one seed's)."""
     lines = [
         f"# Grounded workload: what `model={model}` writes (greedy, no drafter)",
         "",
-        f"Written by `python {command}`. Per request: characters reproduced verbatim from the start / "
-        "characters left in the passage after the prompt's head, then the output.",
+        f"Written by `python {command}` (seed {seed}'s prompts). Per request: characters reproduced verbatim "
+        "from the start / characters left in the passage after the prompt's head, then the output.",
         "",
     ]
     seen = set()
-    for i, (e, t) in enumerate(zip(expected, texts, strict=True)):
+    for name, e, t in zip(drawn_functions(len(expected), seed), expected, texts, strict=True):
         if e in seen:
             continue
         seen.add(e)
-        name = FUNCTIONS[i % len(FUNCTIONS)]
         lines += [
             f"## {name.__module__}.{name.__name__}: {copied_prefix(t, e)} / {len(e)} characters copied",
             "",

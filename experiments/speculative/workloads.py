@@ -6,12 +6,17 @@
   the case prompt lookup is made for. ``expected_continuation`` is the rest of the third copy, so
   the study can check how much of each output is a verbatim copy.
 - chat-like: open questions through the chat template; their answers are not in the prompt.
+
+A seed draws the order in which requests go through the functions (questions): a shuffle of the list
+per seed, cycled, so each seed's case runs a different set and order of prompts (with fewer requests
+than functions, a different subset).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import random
 import shlex
 import string
 import textwrap
@@ -45,9 +50,20 @@ FUNCTIONS: list[Callable[..., Any]] = [
 HEAD_WORDS = 2  # words of the docstring given after the opening quotes
 
 
-def source_passages(n: int) -> list[str]:
-    """``n`` function sources, cycling through ``FUNCTIONS``."""
-    return [inspect.getsource(FUNCTIONS[i % len(FUNCTIONS)]) for i in range(n)]
+def drawn(items: list[Any], n: int, seed: int) -> list[Any]:
+    """``n`` items cycling through ``seed``'s shuffle of ``items``."""
+    order = random.Random(seed).sample(items, len(items))
+    return [order[i % len(order)] for i in range(n)]
+
+
+def drawn_functions(n: int, seed: int) -> list[Callable[..., Any]]:
+    """The functions whose sources make ``seed``'s ``n`` grounded prompts, in request order."""
+    return drawn(FUNCTIONS, n, seed)
+
+
+def source_passages(n: int, seed: int) -> list[str]:
+    """``n`` function sources, cycling through ``seed``'s shuffle of ``FUNCTIONS``."""
+    return [inspect.getsource(f) for f in drawn_functions(n, seed)]
 
 
 def split_head(source: str) -> tuple[str, str]:
@@ -58,18 +74,19 @@ def split_head(source: str) -> tuple[str, str]:
     return source[:i], source[i:]
 
 
-def grounded_prompts(n: int) -> tuple[list[str], list[str]]:
+def grounded_prompts(n: int, seed: int) -> tuple[list[str], list[str]]:
     """(prompts, expected continuations): source + blank line + source + blank line + head."""
     prompts, expected = [], []
-    for src in source_passages(n):
+    for src in source_passages(n, seed):
         head, rest = split_head(src)
         prompts.append(f"{src}\n\n{src}\n\n{head}")
         expected.append(rest)
     return prompts, expected
 
 
-def chat_messages(n: int) -> list[list[dict[str, str]]]:
-    return [[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}] for i in range(n)]
+def chat_messages(n: int, seed: int) -> list[list[dict[str, str]]]:
+    """``n`` one-question chats cycling through ``seed``'s shuffle of ``QUESTIONS``."""
+    return [[{"role": "user", "content": q}] for q in drawn(QUESTIONS, n, seed)]
 
 
 def copied_prefix(output: str, expected: str) -> int:
