@@ -64,9 +64,26 @@ def test_link_presets_cite_their_numbers() -> None:
         assert "https://" in text
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
-def test_disaggregation_is_the_same_with_fast_paths_off_and_on_rerun(router: str) -> None:
-    overrides = [*TWO_TWO, f"router={router}", "workload.arrivals.rate=300"]
+LONG_PREFILLS = [
+    "workload=sharegpt",
+    "workload.num_requests=60",
+    "workload.arrivals.rate=10",
+    "cluster.decode_replicas=3",
+]
+
+
+@pytest.mark.parametrize(
+    ("router", "load"),
+    [
+        ("round_robin", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        ("least_outstanding", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        ("least_kv", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        # long prompts: a decode run must stop where a busy prefill could hand a request over
+        ("least_outstanding", LONG_PREFILLS),
+    ],
+)
+def test_disaggregation_is_the_same_with_fast_paths_off_and_on_rerun(router: str, load: list[str]) -> None:
+    overrides = [*load, f"router={router}"]
     on = run([*overrides, "engine.fast_paths=true"])
     again = run([*overrides, "engine.fast_paths=true"])
     off = run([*overrides, "engine.fast_paths=false"])
