@@ -233,6 +233,17 @@ def _check_cluster(cfg: DictConfig) -> None:
             _check_by_building(node)
 
 
+def check_one_engine(cfg: DictConfig, where: str) -> None:
+    """``where`` (``forge serve``, the ``LLM`` class) runs one engine: a cluster of several replicas
+    (``cluster.replicas`` > 1, ``cluster=disaggregated``) is refused rather than ignored."""
+    node = cfg.get("cluster")
+    if isinstance(node, DictConfig) and ("prefill_replicas" in node or node.get("replicas", 1) != 1):
+        raise ConfigError(
+            f"cluster: {where} runs one engine; several replicas (cluster.replicas > 1, cluster=disaggregated) "
+            "run offline (python run.py)"
+        )
+
+
 def _check_server(cfg: DictConfig) -> None:
     """The ``server`` settings' types, then their values (``ServerSettings`` checks them when built)."""
     server = cfg.get("server")

@@ -75,6 +75,7 @@ class LLM:
 
     def __init__(self, *overrides: str) -> None:
         self.config = compose_config(list(overrides))
+        check_one_engine(self.config, "the LLM class")
         self.engine: Engine = build_engine(self.config)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
