@@ -13,7 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forge.config import compose_config
+from forge.config import check_one_engine, compose_config
 from forge.core.beam_params import BeamSearchParams
 from forge.core.outputs import RequestOutput
 from forge.core.pooling import PoolingParams
