@@ -113,6 +113,10 @@ def test_a_disaggregated_run_reports_its_pools_and_transfers(tmp_path: Path) -> 
     req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert {"prefill_replica", "decode_replica", "kv_transfer_s"} <= set(req.columns)
     assert (tmp_path / "run" / "replicas.png").exists()
+    assert (
+        "cluster=disaggregated (2 prefill + 2 decode over nvlink; router=round_robin)"
+        in (tmp_path / "run" / "report.md").read_text()
+    )
 
 
 @pytest.mark.parametrize(
