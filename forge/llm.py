@@ -13,7 +13,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forge.config import check_one_engine, compose_config
+from forge.config import compose_config
 from forge.core.beam_params import BeamSearchParams
 from forge.core.outputs import RequestOutput
 from forge.core.pooling import PoolingParams
@@ -75,7 +75,6 @@ class LLM:
 
     def __init__(self, *overrides: str) -> None:
         self.config = compose_config(list(overrides))
-        check_one_engine(self.config, "the LLM class")
         self.engine: Engine = build_engine(self.config)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()

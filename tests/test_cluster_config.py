@@ -91,9 +91,11 @@ def test_one_engine_entry_points_refuse_a_cluster(cluster: list[str], tmp_path: 
     from forge import LLM
     from forge.config import ConfigError
 
-    with pytest.raises(ConfigError, match="the LLM class runs one engine"):
+    with pytest.raises(ConfigError, match="forge serve and the LLM class run one engine"):
         LLM("model=synthetic", *cluster)
     proc = run_py("mode=serve", "clock=wall", "server.port=0", *cluster, run_dir=tmp_path / "run")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "config error: cluster: forge serve runs one engine" in lines[0], proc.stderr
+    assert len(lines) == 1 and "config error: cluster: forge serve and the LLM class run one engine" in lines[0], (
+        proc.stderr
+    )

@@ -589,11 +589,10 @@ def model_choice_name(cfg: DictConfig) -> str:
 
 
 def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[FastAPI, ServerSettings]:
-    from forge.config import check_one_engine, validate
+    from forge.config import validate
     from forge.engine.build import build_engine, default_pooling
 
     validate(cfg)
-    check_one_engine(cfg, "forge serve")
     settings: ServerSettings = instantiate(cfg.server) if cfg.get("server") is not None else ServerSettings()
     engine = build_engine(cfg)
     if engine.clock.simulated:
