@@ -238,6 +238,18 @@ def _check_cluster(cfg: DictConfig) -> None:
             _check_by_building(node)
 
 
+def check_one_engine(cfg: DictConfig) -> None:
+    """A config that asks for several replicas (``cluster.replicas`` > 1, ``cluster=disaggregated``)
+    cannot be built as one engine (``build_engine``: ``forge serve``, the ``LLM`` class): refused
+    rather than ignored. The cluster layer builds each replica from a config without the cluster."""
+    node = cfg.get("cluster")
+    if isinstance(node, DictConfig) and ("prefill_replicas" in node or node.get("replicas", 1) != 1):
+        raise ConfigError(
+            "cluster: forge serve and the LLM class run one engine; several replicas (cluster.replicas > 1, "
+            "cluster=disaggregated) run offline (python run.py)"
+        )
+
+
 def _check_server(cfg: DictConfig) -> None:
     """The ``server`` settings' types, then their values (``ServerSettings`` checks them when built)."""
     server = cfg.get("server")

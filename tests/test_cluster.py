@@ -182,7 +182,9 @@ def test_a_run_directory_records_each_replica(tmp_path: Path) -> None:
     assert summary["replicas"] == 3 and summary["router"] == "LeastOutstanding"
     assert [row["requests"] for row in summary["per_replica"]] == req["replica"].value_counts().sort_index().tolist()
     assert summary["replica_requests_max_over_mean"] == 1.0  # 24 requests, 8 each
-    assert (run_dir / "replicas.png").exists() and "## Replicas" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    assert (run_dir / "replicas.png").exists() and "## Replicas" in report
+    assert "· cluster=3 replicas (router=least_outstanding)" in report  # the run's label names its cluster
 
 
 def test_wall_clock_replicas_are_real_engines_with_the_engines_tokens() -> None:

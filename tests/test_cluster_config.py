@@ -84,3 +84,18 @@ def test_the_documented_user_router_passes_ruff_and_mypy(tmp_path: Path) -> None
         [sys.executable, "-m", "mypy", "--config-file", config, str(path)], cwd=ROOT, capture_output=True
     )
     assert mypy.returncode == 0, mypy.stdout.decode()
+
+
+@pytest.mark.parametrize("cluster", [["cluster.replicas=2"], ["cluster=disaggregated"]])
+def test_one_engine_entry_points_refuse_a_cluster(cluster: list[str], tmp_path: Path) -> None:
+    from forge import LLM
+    from forge.config import ConfigError
+
+    with pytest.raises(ConfigError, match="forge serve and the LLM class run one engine"):
+        LLM("model=synthetic", *cluster)
+    proc = run_py("mode=serve", "clock=wall", "server.port=0", *cluster, run_dir=tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "config error: cluster: forge serve and the LLM class run one engine" in lines[0], (
+        proc.stderr
+    )

@@ -64,9 +64,26 @@ def test_link_presets_cite_their_numbers() -> None:
         assert "https://" in text
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_outstanding", "least_kv"])
-def test_disaggregation_is_the_same_with_fast_paths_off_and_on_rerun(router: str) -> None:
-    overrides = [*TWO_TWO, f"router={router}", "workload.arrivals.rate=300"]
+LONG_PREFILLS = [
+    "workload=sharegpt",
+    "workload.num_requests=60",
+    "workload.arrivals.rate=10",
+    "cluster.decode_replicas=3",
+]
+
+
+@pytest.mark.parametrize(
+    ("router", "load"),
+    [
+        ("round_robin", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        ("least_outstanding", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        ("least_kv", [*TWO_TWO, "workload.arrivals.rate=300"]),
+        # long prompts: a decode run must stop where a busy prefill could hand a request over
+        ("least_outstanding", LONG_PREFILLS),
+    ],
+)
+def test_disaggregation_is_the_same_with_fast_paths_off_and_on_rerun(router: str, load: list[str]) -> None:
+    overrides = [*load, f"router={router}"]
     on = run([*overrides, "engine.fast_paths=true"])
     again = run([*overrides, "engine.fast_paths=true"])
     off = run([*overrides, "engine.fast_paths=false"])
@@ -96,6 +113,10 @@ def test_a_disaggregated_run_reports_its_pools_and_transfers(tmp_path: Path) -> 
     req = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert {"prefill_replica", "decode_replica", "kv_transfer_s"} <= set(req.columns)
     assert (tmp_path / "run" / "replicas.png").exists()
+    assert (
+        "cluster=disaggregated (2 prefill + 2 decode over nvlink; router=round_robin)"
+        in (tmp_path / "run" / "report.md").read_text()
+    )
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,8 @@ def build_router(cfg: DictConfig, node: Any = None) -> Router:
 
 def replica_config(cfg: DictConfig, where: str, hardware: str | None, overrides: Mapping[str, Any]) -> DictConfig:
     """The run's config with one replica's ``hardware`` (``clock.hardware``) and ``overrides`` merged
-    on, validated like the run's own; ``where`` names the replica in an error."""
+    on and no cluster (it describes one engine), validated like the run's own; ``where`` names the
+    replica in an error."""
     out = copy.deepcopy(cfg)
     try:
         if hardware is not None:
@@ -53,6 +54,7 @@ def replica_config(cfg: DictConfig, where: str, hardware: str | None, overrides:
         raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
     assert isinstance(merged, DictConfig)
     out = merged
+    out.cluster = None  # the replica is one engine (``build_engine`` refuses a config asking for several)
     try:
         validate(out)
     except ConfigError as e:

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from forge.config import DEFAULT_KV_CACHE_MEMORY_GIB, ConfigError, max_model_len_for
+from forge.config import DEFAULT_KV_CACHE_MEMORY_GIB, ConfigError, check_one_engine, max_model_len_for
 from forge.core.kv_groups import KVCacheGroups, group_layers
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
@@ -129,7 +129,9 @@ def build_kvcache(cfg: DictConfig, ctx: KVCacheContext) -> KVCacheManager:
 
 def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
     """The engine ``cfg`` describes. ``model``: an already loaded model to reuse instead of
-    ``cfg.model`` (it must live on the backend's device); models hold no per-request state."""
+    ``cfg.model`` (it must live on the backend's device); models hold no per-request state. A config
+    asking for several replicas is a ``ConfigError`` (``forge.cluster`` builds each replica)."""
+    check_one_engine(cfg)
     backend: KernelBackend = make("backend", cfg.backend)
     default_pooling(cfg)  # a bad embedding setting fails before the model loads
     if cfg.engine.tensor_parallel_size > 1:

@@ -1,5 +1,5 @@
 """One line naming a run's key config for plot titles and reports: model, scheduler, KV cache,
-clock (and simulated hardware), workload (and arrival rate).
+clock (and simulated hardware), workload (and arrival rate), and a cluster's replicas and router.
 
 Read from the run directory's files alone: the option names Hydra recorded in
 ``.hydra/hydra.yaml`` (``runtime.choices``) when the run was started from the command line, else
@@ -52,7 +52,26 @@ def run_label(run_dir: Path | str) -> str:
             continue
         details = _details(group, node if isinstance(node, dict) else {})
         parts.append(f"{group}={name}" + (f" ({details})" if details else ""))
-    return " · ".join(parts)
+    cluster = _cluster_part(config, choices)
+    return " · ".join([*parts, cluster] if cluster else parts)
+
+
+def _cluster_part(config: dict[str, Any], choices: dict[str, str]) -> str | None:
+    """``cluster=4 replicas (router=least_kv; a100,a100,h100,h100)`` or ``cluster=disaggregated (2
+    prefill + 2 decode over nvlink; router=round_robin)``; None for the engine alone."""
+    node = config.get("cluster")
+    if not isinstance(node, dict):
+        return None
+    router = choices.get("router") or _target_name(config.get("router")) or "?"
+    if "prefill_replicas" in node:
+        pools = f"{node['prefill_replicas']} prefill + {node['decode_replicas']} decode over {node.get('link')}"
+        return f"cluster=disaggregated ({pools}; router={router})"
+    replicas = node.get("replicas", 1)
+    if not isinstance(replicas, int) or replicas <= 1:
+        return None
+    hardware = node.get("hardware")
+    where = f"; {','.join(map(str, hardware))}" if isinstance(hardware, list) else ""
+    return f"cluster={replicas} replicas (router={router}{where})"
 
 
 def _details(group: str, node: dict[str, Any]) -> str:
