@@ -25,6 +25,7 @@ STUDIES = (
     "routing",
     "disaggregation",
     "gpu_capacity",
+    "route_real",
 )
 REPO = Path(__file__).resolve().parent.parent
 
