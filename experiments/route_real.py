@@ -106,12 +106,12 @@ def _gateway_url(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> str:
     raise RuntimeError("forge route did not start")
 
 
-def per_backend(url: str) -> list[int]:
-    """Requests the gateway sent to each backend, in backend order (its ``/metrics``)."""
+def per_backend(url: str) -> tuple[str, list[int]]:
+    """The gateway's router class and the requests it sent to each backend, in backend order."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
     counts = dict(re.findall(r'forge_router:requests_total\{backend="([^"]+)"\} ([0-9.]+)', text))
-    listed = httpx.get(f"{url}/gateway/backends", timeout=30).json()["backends"]
-    return [int(float(counts.get(b["url"], 0))) for b in listed]
+    state = httpx.get(f"{url}/gateway/backends", timeout=30).json()
+    return str(state["router"]), [int(float(counts.get(b["url"], 0))) for b in state["backends"]]
 
 
 def warm_up(url: str) -> None:
@@ -132,8 +132,9 @@ def measure(router: str, replicas: int, trace: Path, out: Path) -> dict[str, Any
         warm_up(url)
         argv = ["--url", url, "--workload", "trace", "--set", f"workload.path={trace}", "--output-dir", str(out)]
         summary = bench(argv)
-        split = per_backend(url)
-    row: dict[str, Any] = {"router": router, "side": "measured", "completed": summary["completed"]}
+        router_class, split = per_backend(url)
+    row: dict[str, Any] = {"router": router, "side": "measured", "router_class": router_class}
+    row["completed"] = summary["completed"]
     row["failed"] = summary["failed"]
     for metric in METRICS:
         for ours, theirs in CLIENT_STATS.items():
@@ -148,7 +149,8 @@ def simulate(routers: tuple[str, ...], replicas: int, trace: Path, profile: Path
     rows = []
     for router, run_dir in zip(routers, sorted(df["run_dir"]), strict=True):  # run_grid numbers runs in order
         got = df[df["run_dir"] == run_dir].iloc[0]
-        row: dict[str, Any] = {"router": router, "side": "simulated", "completed": int(got["num_requests"])}
+        row: dict[str, Any] = {"router": router, "side": "simulated", "router_class": str(got["router"])}
+        row["completed"] = int(got["num_requests"])
         row["failed"] = 0
         for metric in METRICS:
             for stat in CLIENT_STATS:

@@ -48,31 +48,40 @@ def split_table(rows: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def interpretation(ratios: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
-    def span(metric: str) -> str:
-        r = ratios[ratios["metric"].str.contains(metric)]["measured/simulated"]
-        return f"{r.min():.2f}-{r.max():.2f}"
+def interpretation(ratios: pd.DataFrame, rows: pd.DataFrame, fit: dict[str, Any]) -> list[str]:
+    def r(metric: str) -> pd.Series:
+        return ratios[ratios["metric"].str.contains(metric)]["measured/simulated"]
 
-    real = rows[rows["side"] == "measured"].set_index("router")["p90_ttft_ms"]
-    sim = rows[rows["side"] == "simulated"].set_index("router")["p90_ttft_ms"]
-    same = list(real.sort_values().index) == list(sim.sort_values().index)
+    real = rows[rows["side"] == "measured"].set_index("router")
+    sim = rows[rows["side"] == "simulated"].set_index("router")
+    order_real, order_sim = list(real["p90_ttft_ms"].sort_values().index), list(sim["p90_ttft_ms"].sort_values().index)
+    out = [
+        f"Measured ÷ simulated over the routers (mean, p50, p90): TTFT {r('TTFT').min():.2f}-{r('TTFT').max():.2f}, "
+        f"TPOT {r('TPOT').min():.2f}-{r('TPOT').max():.2f}; the measured TTFT is below the simulated one in "
+        f"{int((r('TTFT') < 1).sum())} of {len(r('TTFT'))} cells, the measured TPOT above it in "
+        f"{int((r('TPOT') > 1).sum())} of {len(r('TPOT'))}.",
+        "What the simulator leaves out, and the measurement holds: the HTTP path of every request and token (the "
+        "client, the gateway, the backend's server loop, tokenising, detokenising and streaming each token as its "
+        "own SSE chunk); the profiled clock is fitted to engine steps alone (`forge.calibrate` times "
+        "`step_started` to `step_finished`), and for a model this small one step takes a fraction of a "
+        "millisecond. The calibration's own held-out error in this run (per step "
+        f"{fit['step_mape']:.0%}, whole run {fit['holdout_total_error']:+.0%}) is part of any gap.",
+        f"P90 TTFT, lowest first: {', '.join(order_real)} measured; {', '.join(order_sim)} simulated"
+        + (" (the same order)." if order_real == order_sim else " (a different order)."),
+    ]
+    split = {
+        side: {str(k): str(v) for k, v in g["requests_per_replica"].items()}
+        for side, g in (("real", real), ("sim", sim))
+    }
+    if "prefix_aware" in split["real"] and split["real"]["prefix_aware"] != split["sim"]["prefix_aware"]:
+        out.append(
+            f"prefix_aware split the requests {split['real']['prefix_aware']} measured and "
+            f"{split['sim']['prefix_aware']} simulated: a prompt whose prefix no backend holds goes "
+            "to the lowest KV usage, which the gateway reads from each backend's `/metrics` every 2 s (ties: the "
+            "first backend), where the simulator reads each replica's KV usage at the arrival itself."
+        )
     return [
-        f"Measured ÷ simulated: TTFT {span('TTFT')}, TPOT {span('TPOT')} (mean, p50 and p90 over the routers).",
-        f"P90 TTFT is lowest with {real.idxmin()} measured ({real.min():.1f} ms) and with {sim.idxmin()} simulated "
-        f"({sim.min():.1f} ms); the two sides order the routers by P90 TTFT "
-        + (
-            "the same way."
-            if same
-            else "differently: "
-            + ", ".join(real.sort_values().index)
-            + " measured vs "
-            + ", ".join(sim.sort_values().index)
-            + " simulated."
-        ),
-        "What the simulator leaves out, and the measurement holds: the HTTP path (the client's request, the "
-        "gateway, the backend's server loop, tokenising the prompt and detokenising and streaming every token as "
-        "its own SSE chunk), which for a model this small costs more than its engine steps do; the profiled clock "
-        "is fitted to engine steps alone (`forge.calibrate` measures `step_started` to `step_finished`).",
+        *out,
         "Wall-clock noise: the backends, the gateway, the client and this script share the machine's 2 cores with "
         "other work (the load average in the introduction), so the backends' steps run slower and later than in the "
         "calibration and the measured side varies from run to run; each router ran once (no repeats, no confidence "
@@ -98,11 +107,10 @@ def write_report(rows: pd.DataFrame, out: Path, ctx: dict[str, Any]) -> None:
         "sent straight to each backend first, as a warm-up), measured at the client "
         "by `benchmarks.serve`; and the same trace through the simulator (`cluster.replicas="
         f"{ctx['replicas']} router=<name> clock=profiled`) with the profile `forge.calibrate` measured on this "
-        f"machine in this run (`cpu-tiny.csv`; held-out per-step error {fit['step_mape']:.0%}, whole-run time "
-        f"{fit['holdout_total_error']:+.0%}). {load}; the run took {ctx['wall_s']:.0f} s."
+        f"machine in this run (`cpu-tiny.csv`, `cpu-tiny.json`). {load}; the run took {ctx['wall_s']:.0f} s."
     )
     body = [
-        *section("Interpretation", [f"- {s}" for s in interpretation(ratios, rows)]),
+        *section("Interpretation", [f"- {s}" for s in interpretation(ratios, rows, fit)]),
         *section("Measured vs simulated", [table(ratios, list(ratios.columns), {"measured/simulated": ".2f"})]),
         *section("Requests per backend", [table(split_table(rows), list(split_table(rows).columns))]),
     ]
