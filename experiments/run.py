@@ -1,12 +1,13 @@
 """``python -m experiments.run <study> [--size small|tiny] [--out DIR]`` regenerates ``reports/<study>/``.
 
 Studies: fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, fidelity, launchers, kv_sharing, kv_memory,
-speculative (its simulated section; see each module's docstring).
+routing, disaggregation, gpu_capacity, speculative (its simulated section), route_real (see each module's docstring).
 ``--size tiny`` is a smoke test (seconds; what the test suite runs into a temporary directory).
 The studies that compare options (fig2_kv_usage, chunked_prefill, policies_load, prefix_caching, kv_sharing, kv_memory,
-speculative)
-run every configuration with each of ``experiments.seeds.SEEDS`` and report the mean ± 95% CI over them (kv_memory's
-deterministic window and accuracy sections run once; speculative's SmolLM2 sections are their own one-seed commands)."""
+routing, speculative) run every configuration with each of ``experiments.seeds.SEEDS`` and report the mean ± 95% CI
+over them (kv_memory's deterministic window and accuracy sections run once; speculative's SmolLM2 sections are their
+own one-seed commands); disaggregation and gpu_capacity replay fixed traces, so three windows of the trace are their
+replicates; route_real runs each router once on real backends (wall clock, no interval)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ STUDIES = (
     "disaggregation",
     "gpu_capacity",
     "speculative",
+    "route_real",
 )
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO
 
 import httpx
@@ -85,6 +86,21 @@ def test_round_robin_spreads_requests_exactly_evenly_streamed_or_not(backends: l
                 assert chunks[-1].choices[0].finish_reason == "length"
         assert per_backend(url) == {u: 4.0 for u in urls}
         assert api.models.list().data[0].id == "tiny"
+
+
+def test_the_bench_client_runs_through_the_gateway_over_three_backends_without_failures(
+    backends: list[Spawned], tmp_path: Path
+) -> None:
+    from benchmarks.serve import main as bench
+
+    urls = [b.url for b in backends]
+    with gateway(*(a for u in urls for a in ("--backend", u)), "router=round_robin") as url:
+        workload = ["workload.input_len.high=64", "workload.output_len.low=4", "workload.output_len.high=12"]
+        argv = ["--url", url, "--num-prompts", "12", "--request-rate", "30", "--output-dir", str(tmp_path)]
+        summary = bench([*argv, "--set", *workload])
+        assert (summary["completed"], summary["failed"]) == (12, 0)
+        assert summary["total_output_tokens"] >= 12 * 4
+        assert per_backend(url) == {u: 4.0 for u in urls}
 
 
 def test_prefix_aware_keeps_a_shared_prefix_session_on_one_backend(backends: list[Spawned]) -> None:

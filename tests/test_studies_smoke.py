@@ -158,3 +158,27 @@ def test_gpu_capacity_study_tiny_checks_its_replica_count(tmp_path) -> None:
     assert (per_window["attainment_at_n"] >= 0.9).all()  # the replica count found meets the SLO when run
     ok_below = per_window["attainment_at_n_minus_1"].isna() | (per_window["attainment_at_n_minus_1"] < 0.9)
     assert ok_below.all() and (per_window["gpus_needed"] == per_window["replicas"] * per_window["tp"]).all()
+
+
+def test_route_real_study_tiny_sets_measured_beside_simulated(tmp_path) -> None:
+    from experiments.run import main
+
+    main(["route_real", "--size", "tiny", "--out", str(tmp_path)])
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert sorted(zip(runs["router"], runs["side"], strict=True)) == [
+        ("prefix_aware", "measured"),
+        ("prefix_aware", "simulated"),
+        ("round_robin", "measured"),
+        ("round_robin", "simulated"),
+    ]
+    assert (runs["completed"] == 16).all() and (runs["failed"] == 0).all()
+    # the gateway and the simulator ran the router named (its class, as each side reports it)
+    assert set(runs.loc[runs["router"] == "prefix_aware", "router_class"]) == {"PrefixAware"}
+    assert set(runs.loc[runs["router"] == "round_robin", "router_class"]) == {"RoundRobin"}
+    assert (runs.loc[runs["router"] == "round_robin", "requests_per_replica"] == "8/8").all()
+    res = pd.read_csv(tmp_path / "results.csv")
+    assert len(res) == 2 * 6 and (res["measured"] > 0).all() and (res["simulated"] > 0).all()
+    assert list(res["measured/simulated"]) == pytest.approx(list(res["measured"] / res["simulated"]))
+    readme = (tmp_path / "README.md").read_text()
+    assert "load average" in readme and "commit" in readme and "| round_robin | p90 TTFT (ms) |" in readme
+    assert (tmp_path / "cpu-tiny.csv").is_file()  # the profile calibrated in this run
