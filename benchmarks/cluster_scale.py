@@ -1,73 +1,125 @@
-"""How a simulated cluster's cost grows with the workload: CPU seconds and peak RSS of one
-``python run.py`` child per size, every replica an H100 running Llama-3-8B's cost (issue 32's scale
-target: 1,000,000 requests across 16 replicas in <= 60 CPU-s and <= 4 GB).
+"""CPU-seconds and peak memory of a cluster simulation as the number of requests grows (issue 32's Scale).
 
-    python -m benchmarks.cluster_scale                       # 10k, 100k, 1M requests, 16 replicas
-    python -m benchmarks.cluster_scale --sizes 10000 --replicas 16 --set router=least_outstanding
+    python -m benchmarks.cluster_scale --requests 10000 100000 1000000 --replicas 16 \\
+        --out reports/simulation_speed/cluster-scale.md
 
-Each size runs in a fresh child (``model=synthetic clock=simulated clock.model=llama-3-8b
-workload=sharegpt``, arrivals at ``--rate-per-replica`` x replicas req/s, ``report=false``: the run
-directory's parquet files are written); the child's user + system CPU seconds and peak RSS come from
-``resource.getrusage(RUSAGE_CHILDREN)`` after it exits. Prints one JSON line per size."""
+Each size runs ``python run.py model=synthetic clock=simulated model.timing_only=true
+cluster.replicas=R workload.num_requests=N ...`` (the default Poisson workload: prompts of 16..256
+tokens, outputs of 8..64, ``--rate`` requests/s over the whole cluster) in a fresh process, and
+reports that child's CPU-seconds (user + sys, from ``os.wait4``: the whole process, interpreter
+start-up, imports, build, workload, simulation and the parquet files) and its peak resident memory
+(``ru_maxrss``), with the 1-minute load average before and after. ``--ids`` runs the id-materialising
+path (``model.timing_only=false``) instead. The run directory goes to a temporary folder."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.machine import cpu_model
+from forge.results.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(size: int, replicas: int, rate: float, extra: list[str]) -> dict[str, Any]:
-    """One child run of ``size`` requests: its CPU seconds, peak RSS (MiB) and wall seconds."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            sys.executable, "run.py", "model=synthetic", "clock=simulated", "clock.model=llama-3-8b",
-            "workload=sharegpt", f"workload.num_requests={size}", f"workload.arrivals.rate={rate}",
-            f"cluster.replicas={replicas}", "progress=false", "report=false", f"hydra.run.dir={tmp}", *extra,
-        ]  # fmt: skip
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise SystemExit(f"size {size} failed: {proc.stderr[-2000:]}")
-        summary = json.loads((Path(tmp) / "summary.json").read_text())
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def overrides(n: int, replicas: int, rate: float, timing_only: bool, run_dir: Path) -> list[str]:
+    """``run.py``'s arguments for one size."""
+    return [
+        "model=synthetic",
+        "clock=simulated",
+        f"model.timing_only={str(timing_only).lower()}",
+        f"cluster.replicas={replicas}",
+        f"workload.num_requests={n}",
+        f"workload.arrivals.rate={rate}",
+        "progress=false",
+        "report=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def measure(args: list[str]) -> dict[str, Any]:
+    """One fresh ``run.py`` process: its CPU-seconds, peak RSS and the load average around it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    load_before = os.getloadavg()[0]
+    child = subprocess.Popen([sys.executable, "run.py", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    out = child.stdout.read().decode()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"run.py {' '.join(args)} exited with {child.returncode}:\n{out}")
     return {
-        "requests": size,
-        "replicas": replicas,
-        "cpu_s": round(cpu, 2),
-        "peak_rss_mib": round(after.ru_maxrss / 1024, 1),  # Linux: KiB; the largest child so far
-        "wall_s": round(wall, 2),
-        "simulated_s": round(summary["duration_s"], 3),
-        "steps": summary["num_steps"],
-        "commit": summary["commit"],
-        "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
-        "overrides": extra,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "user_s": round(usage.ru_utime, 2),
+        "sys_s": round(usage.ru_stime, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # Linux: KiB
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
     }
 
 
+def run_size(n: int, replicas: int, rate: float, timing_only: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="cluster_scale_") as tmp:
+        run_dir = Path(tmp) / "run"
+        args = overrides(n, replicas, rate, timing_only, run_dir)
+        row = measure(args)
+        summary = json.loads((run_dir / "summary.json").read_text())
+    return {
+        "requests": n,
+        **row,
+        "steps": summary["num_steps"],
+        "simulated_s": round(summary["duration_s"], 1),
+        "command": "python run.py " + " ".join(a for a in args if not a.startswith("hydra.run.dir")),
+    }
+
+
+def report(rows: list[dict[str, Any]], argv: list[str]) -> str:
+    """A markdown table of ``rows``, with the command, machine and commit."""
+    lines = [
+        "# Cluster-scale simulation: CPU-seconds and peak memory",
+        "",
+        f"- command: `python -m benchmarks.cluster_scale {' '.join(argv)}`",
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}",
+        f"- commit: {git_commit()}",
+        "- each size a fresh `run.py` process; CPU-s = its user + sys (os.wait4), peak RSS = its ru_maxrss",
+        "",
+        "| requests | CPU-s | user | sys | peak RSS (MB) | steps | simulated s | load before -> after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['requests']:,} | {r['cpu_s']} | {r['user_s']} | {r['sys_s']} | {r['peak_rss_mb']:,} "
+            f"| {r['steps']:,} | {r['simulated_s']} | {r['load_before']} -> {r['load_after']} |"
+        )
+    lines += ["", "Each run's command:", ""] + [f"- `{r['command']}`" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--replicas", type=int, default=16)
-    parser.add_argument(
-        "--rate-per-replica", type=float, default=30.0, help="req/s per replica (an H100 saturates near 37)"
-    )
-    parser.add_argument("--set", action="append", default=[], help="another run.py override (repeatable)")
+    parser.add_argument("--rate", type=float, default=256.0, help="arrivals per second over the whole cluster")
+    parser.add_argument("--ids", action="store_true", help="the id-materialising path (model.timing_only=false)")
+    parser.add_argument("--out", type=Path, help="write the markdown table here (and a .json beside it)")
     args = parser.parse_args(argv)
-    for size in sorted(args.sizes):  # ascending: ru_maxrss of the children is a running maximum
-        print(json.dumps(measure(size, args.replicas, args.rate_per_replica * args.replicas, args.set)), flush=True)
+    rows = []
+    for n in args.requests:
+        row = run_size(n, args.replicas, args.rate, not args.ids)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    text = report(rows, sys.argv[1:] if argv is None else argv)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

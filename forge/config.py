@@ -27,6 +27,7 @@ from forge.core.config_types import type_problem
 from forge.core.errors import CommandError
 from forge.kernels import kv_quant
 from forge.kvcache.context import CONTEXT_KEYS
+from forge.models.timing_only import timing_only_problem
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "scheduler", "kvcache", "backend", "workload", "clock", "sampling")
@@ -332,6 +333,8 @@ def validate(cfg: DictConfig) -> None:
         _check_tensor_parallel(cfg, cfg.engine.tensor_parallel_size)
     _check_backend_kv_dtype(cfg)
     _check_model_paths(cfg)
+    if (problem := timing_only_problem(cfg)) is not None:
+        raise ConfigError(problem)
 
 
 def _check_engine_numbers(e: DictConfig) -> None:

@@ -107,14 +107,12 @@ class DisaggregatedCluster:
     ) -> dict[str, RequestOutput]:
         _, which, index = busy
         if which == 0:  # a prefill replica: runs until the next arrival could reach it
-            replica = self.prefill.replicas[index]
-            for out in replica.engine.advance(replica.offset + t_arrival):
+            for out in self.prefill.advance(index, t_arrival):
                 self._prefill_done(index, out)
             return {}
         prefill_busy = self.prefill.earliest_busy()
         deadline = min(t_next, prefill_busy[0] if prefill_busy else math.inf)
-        replica = self.decode.replicas[index]
-        return {out.request_id: out for out in replica.engine.advance(replica.offset + deadline)}
+        return {out.request_id: out for out in self.decode.advance(index, deadline)}
 
     def _prefill_done(self, index: int, out: RequestOutput) -> None:
         """Queue the handoff of a request whose prefill finished on prefill replica ``index``."""

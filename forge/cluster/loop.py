@@ -80,17 +80,24 @@ class ReplicaPool:
         self.replicas = list(replicas)
         self.router = router
         self.views = [EngineView(r.index, r.engine) for r in self.replicas]
+        # each replica's clock (cluster time) while busy, inf while idle: kept by ``admit`` and
+        # ``advance`` under simulated clocks, which move only then; None: wall clocks, read live
+        simulated = all(r.engine.clock.simulated for r in self.replicas)
+        self._busy_at: list[float] | None = (
+            [self._busy_time(i) for i in range(len(self.replicas))] if simulated else None
+        )
 
-    def run(self, requests: Iterable[Request], progress: bool = False) -> dict[str, RequestOutput]:
+    def run(self, requests: Iterable[Request], progress: bool = False, keep: bool = True) -> dict[str, RequestOutput]:
         """Route each request at its ``arrival_time`` (seconds from the start) and run every replica
-        until all finish; the finals by request id. Every replica must be idle at the end."""
+        until all finish; the finals by request id (``keep=False``: none kept, an empty dict; the
+        records are the engines'). Every replica must be idle at the end."""
         with rare_gc():
-            finals = self._run(sorted(requests, key=lambda r: r.arrival_time), progress)
+            finals = self._run(sorted(requests, key=lambda r: r.arrival_time), progress, keep)
         for r in self.replicas:
             r.engine.check_idle()
         return finals
 
-    def _run(self, pending: list[Request], progress: bool) -> dict[str, RequestOutput]:
+    def _run(self, pending: list[Request], progress: bool, keep: bool) -> dict[str, RequestOutput]:
         targets = None if reads_replicas(self.router) else [self.router.route(r, self.views) for r in pending]
         arrivals = Arrivals(pending, targets, len(self.replicas))
         finals: dict[str, RequestOutput] = {}
@@ -104,20 +111,30 @@ class ReplicaPool:
                     request, target = arrivals.pop()
                     self.admit(self.router.route(request, self.views) if target is None else target, request)
                     continue
-                replica = self.replicas[busy[1]]
-                for out in replica.engine.advance(replica.offset + arrivals.deadline(busy[1])):
-                    finals[out.request_id] = out
-                    bar.update(1)
+                done = self.advance(busy[1], arrivals.deadline(busy[1]))
+                if keep:
+                    finals.update((out.request_id, out) for out in done)
+                bar.update(len(done))
+
+    def advance(self, index: int, deadline: float) -> list[RequestOutput]:
+        """``Engine.advance`` of replica ``index`` up to ``deadline`` (cluster time): its finished outputs."""
+        replica = self.replicas[index]
+        done = replica.engine.advance(replica.offset + deadline)
+        if self._busy_at is not None:
+            self._busy_at[index] = self._busy_time(index)
+        return done
+
+    def _busy_time(self, index: int) -> float:
+        """Replica ``index``'s clock in cluster time while it is busy, inf while idle."""
+        r = self.replicas[index]
+        return r.engine.clock.now() - r.offset if r.engine.has_unfinished() else math.inf
 
     def earliest_busy(self) -> tuple[float, int] | None:
-        """(time, index) of the busy replica whose clock is earliest; None when all are idle."""
-        best: tuple[float, int] | None = None
-        for i, r in enumerate(self.replicas):
-            if r.engine.has_unfinished():
-                t = r.engine.clock.now() - r.offset
-                if best is None or t < best[0]:
-                    best = (t, i)
-        return best
+        """(time, index) of the busy replica whose clock is earliest (ties: the lowest index); None
+        when all are idle."""
+        times = self._busy_at if self._busy_at is not None else [self._busy_time(i) for i in range(len(self.replicas))]
+        t = min(times)
+        return (t, times.index(t)) if t != math.inf else None
 
     def admit(self, target: int, request: Request) -> None:
         """Queue ``request`` on replica ``target`` at its arrival (an idle replica's clock waits for it)."""
@@ -129,3 +146,5 @@ class ReplicaPool:
         if not engine.has_unfinished():
             engine.clock.wait_until(request.arrival_time)
         engine.add_request(request)
+        if self._busy_at is not None:
+            self._busy_at[target] = self._busy_time(target)

@@ -29,7 +29,7 @@ def build_cluster(cfg: DictConfig) -> ClusterRun:
 
 def _run_pool(pool: ReplicaPool, requests: list[Request], progress: bool) -> Records:
     check_requests(pool, requests)  # the workload is config: a request that can never run is a config error
-    pool.run(requests, progress=progress)
+    pool.run(requests, progress=progress, keep=False)  # the records are the engines': no outputs held
     req_df, step_df = merged_frames(pool.replicas)
     if len(pool.replicas) == 1:
         return Records(req_df, step_df)

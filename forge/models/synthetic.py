@@ -17,6 +17,7 @@ from forge.kernels.base import HostKVLayer, KernelBackend, KVLayer, KVSpec
 from forge.kernels.cpu import synthetic as chain
 from forge.models.base import Model, ModelDims, OneHotLogits
 from forge.models.presets import model_dims
+from forge.models.timing_only import FILL, LengthsTokenizer
 from forge.tokenizers.base import ByteTokenizer
 
 if TYPE_CHECKING:  # torch only for the tensor path (``forward``): the host path never imports it
@@ -65,6 +66,7 @@ class SyntheticModel(Model):
         dims: str = "llama-3-8b",
         device: str = "cpu",
         native: bool = True,
+        timing_only: bool = False,
     ) -> None:
         if order < 1:
             raise ValueError(f"model.order must be >= 1, got {order}")
@@ -78,7 +80,9 @@ class SyntheticModel(Model):
         self.peak = peak
         self.vocab_size = vocab_size
         self.max_position = max_position
-        self.tokenizer = ByteTokenizer(vocab_size)
+        # timing-only (``forge.models.timing_only``): prompts of one shared list per length, tokens not computed
+        self.timing_only = timing_only
+        self.tokenizer = LengthsTokenizer(vocab_size) if timing_only else ByteTokenizer(vocab_size)
         self.kv_spec = KVSpec(num_layers=1, num_kv_heads=1, head_dim=1, dtype="int64")
         self.dims: ModelDims = model_dims(dims)
         self.device = device  # where ``forward_host``'s logits go when made dense
@@ -151,7 +155,11 @@ class SyntheticModel(Model):
     def forward_host(
         self, sched: SchedulerOutput, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
     ) -> OneHotLogits:
-        """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``)."""
+        """The step computed from the rows directly (``forge.engine.sim_runner.HostModel``); timing-only:
+        ``FILL`` for every sampled row, the cache untouched."""
+        if self.timing_only:
+            rows = len(sched.decodes.starts) + sum(1 + s.num_draft_tokens for s in sched.chunks if s.sample)
+            return OneHotLogits([FILL] * rows, self.peak, self.vocab_size, self.device)
         bs = block_size
         d = sched.decodes
         tokens: list[int] = []
@@ -197,7 +205,9 @@ class SyntheticModel(Model):
         self, run: DecodeRun, block_size: int, kv_caches: list[HostKVLayer] | list[KVLayer]
     ) -> list[list[int]]:
         """The run's greedy tokens, row by row (``forge.engine.sim_runner.DecodeRunModel``): what
-        ``forward_host`` computes step by step, each step's token the next step's input."""
+        ``forward_host`` computes step by step, each step's token the next step's input (timing-only: ``FILL``)."""
+        if self.timing_only:
+            return [[FILL] * n for n in run.num_steps]
         return self._decode_rows(kv_caches[0], block_size, run.starts, run.token_ids, run.num_steps, run.block_tables)
 
     def _decode_rows(
