@@ -44,6 +44,13 @@ class Pages:
         self.offered = [0] * num_groups
         self.skipped = [0] * num_groups
 
+    @classmethod
+    def one_group(cls) -> Pages:
+        """``Pages(1)`` (the classic layout's, one per new request: built without ``__init__``'s call)."""
+        pages = cls.__new__(cls)
+        pages.blocks, pages.tables, pages.offered, pages.skipped = [[]], [[]], [0], [0]
+        return pages
+
     def set_group(self, group: int, blocks: list[Block | None], offered: int = 0) -> None:
         """Group ``group``'s blocks (its table and skipped prefix follow from them)."""
         self.blocks[group] = blocks
@@ -99,7 +106,8 @@ class Pages:
     def held(self) -> list[Block]:
         """Every page it holds, each group's last first (a group's blocks from ``skipped`` on are held)."""
         if len(self.blocks) == 1:
-            return cast(list[Block], self.blocks[0][self.skipped[0] :][::-1])
+            skipped = self.skipped[0]
+            return cast(list[Block], self.blocks[0][::-1] if not skipped else self.blocks[0][: skipped - 1 : -1])
         return [cast(Block, b) for g, blocks in enumerate(self.blocks) for b in blocks[self.skipped[g] :][::-1]]
 
     def num_held(self) -> int:
