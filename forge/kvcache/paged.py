@@ -108,18 +108,6 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
                     self.pool.cache(block, group_key(g, hashes[i]))
             pages.offered[g] = m
 
-    def _offer_one_group(self, request: Request, pages: Pages, num_cacheable: int) -> None:
-        """``_offer`` of the classic layout (group 0's keys are the plain chained hashes)."""
-        blocks = pages.blocks[0]
-        m = min(num_cacheable // self.block_size, len(blocks))
-        offered = pages.offered[0]
-        if m > offered:
-            hashes = self._block_hashes(request, num_cacheable)
-            cache = self.pool.cache
-            for i in range(offered, m):
-                cache(blocks[i], hashes[i])  # type: ignore[arg-type]
-            pages.offered[0] = m
-
     # -- allocation ----------------------------------------------------------------------
     def _free_outside_window(self, pages: Pages, position: int) -> None:
         """Free each windowed group's pages that a query at ``position`` (or later) never reads."""
@@ -159,7 +147,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
                 blocks += new
                 pages.tables[0] += [b.block_id for b in new]
         if self.enable_prefix_caching and num_cacheable // bs > pages.offered[0]:
-            self._offer_one_group(request, pages, num_cacheable)
+            self._offer(request, pages, num_cacheable)
         return True
 
     def _allocate_groups(self, request: Request, pages: Pages, num_tokens: int, num_cacheable: int) -> bool:
@@ -233,8 +221,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         rid = request.request_id
         pages = self._pages.pop(rid, None)
         self._hashes.pop(rid, None)
-        if self.num_cpu_blocks:  # (without swap space no request is swapped out)
-            self.swap.release(rid)
+        self.swap.release(rid)
         if pages is None:
             return
         if not self._plain:

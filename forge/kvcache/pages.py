@@ -106,8 +106,7 @@ class Pages:
     def held(self) -> list[Block]:
         """Every page it holds, each group's last first (a group's blocks from ``skipped`` on are held)."""
         if len(self.blocks) == 1:
-            skipped = self.skipped[0]
-            return cast(list[Block], self.blocks[0][::-1] if not skipped else self.blocks[0][: skipped - 1 : -1])
+            return cast(list[Block], self.blocks[0][self.skipped[0] :][::-1])
         return [cast(Block, b) for g, blocks in enumerate(self.blocks) for b in blocks[self.skipped[g] :][::-1]]
 
     def num_held(self) -> int:
