@@ -61,6 +61,7 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         self.pool = BlockPool(self.num_blocks, enable_prefix_caching)
         self.swap = SwapSpace(self.num_cpu_blocks)
         self._pages: dict[str, Pages] = {}
+        self._spare: list[Pages] = []  # freed requests' one-group records, reused (allocating them costs)
         self._hashes: dict[str, list[int]] = {}
         self.prefix_queries = self.prefix_hits = self.num_cow_copies = 0
         self.num_window_freed = 0
@@ -118,18 +119,42 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
 
     def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:
         pages = self._pages.get(request.request_id)
-        if (
-            pages is not None
-            and self._no_caching_plain
-            and not self.pool.num_shared
-            and num_tokens <= len(pages.tables[0]) * self.block_size
-        ):
-            return True  # one table, no block shared, nothing to cache, the positions held: a no-op
-        if pages is None:
-            pages = self._pages[request.request_id] = Pages(len(self.windows))
-        computed = request.num_computed_tokens
         if not self._plain:
-            self._free_outside_window(pages, computed)
+            if pages is None:
+                pages = self._pages[request.request_id] = Pages(len(self.windows))
+            return self._allocate_groups(request, pages, num_tokens, num_cacheable)
+        # The classic layout (one group, no window): the hot path of every step, its one table directly.
+        bs, pool = self.block_size, self.pool
+        if pages is None:
+            pages = self._pages[request.request_id] = self._spare.pop() if self._spare else Pages.one_group()
+        elif self._no_caching_plain and not pool.num_shared and num_tokens <= len(pages.tables[0]) * bs:
+            return True  # no block shared, nothing to cache, the positions held: a no-op
+        blocks = pages.blocks[0]
+        need = -(-num_tokens // bs) - len(blocks)
+        cow = False
+        if pool.num_shared:
+            computed = request.num_computed_tokens
+            first = computed // bs
+            cow = num_tokens > computed and first < len(blocks) and blocks[first].ref_cnt > 1  # type: ignore[union-attr]
+        if need > 0 or cow:
+            if max(need, 0) + cow > pool.free_queue.size:
+                return False
+            if cow:
+                self._copy_on_write(pages, 0, first)
+            if need > 0:
+                new = pool.allocate(need)
+                assert new is not None
+                blocks += new
+                pages.tables[0] += [b.block_id for b in new]
+        if self.enable_prefix_caching and num_cacheable // bs > pages.offered[0]:
+            self._offer(request, pages, num_cacheable)
+        return True
+
+    def _allocate_groups(self, request: Request, pages: Pages, num_tokens: int, num_cacheable: int) -> bool:
+        """``allocate_slots`` of the hybrid layout: each windowed group's pages outside its window
+        freed, then every group's table grown to ``num_tokens`` (copy-on-write first), then offered."""
+        computed = request.num_computed_tokens
+        self._free_outside_window(pages, computed)
         n_blocks = -(-num_tokens // self.block_size)
         need = [max(0, n_blocks - len(blocks)) for blocks in pages.blocks]
         first = computed // self.block_size
@@ -197,9 +222,19 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         pages = self._pages.pop(rid, None)
         self._hashes.pop(rid, None)
         self.swap.release(rid)
-        if pages is not None:
-            # Tail blocks first, so they are evicted before the shared prefix blocks.
-            self.pool.free(pages.held())
+        if pages is None:
+            return
+        if not self._plain:
+            self.pool.free(pages.held())  # (each group's tail blocks first, as below)
+            return
+        # Tail blocks first, so they are evicted before the shared prefix blocks.
+        blocks = pages.blocks[0]
+        self.pool.free(blocks[::-1])  # type: ignore[arg-type]
+        # The record serves the next new request (its table is a new list: callers may hold the old one).
+        blocks.clear()
+        pages.tables[0] = []
+        pages.offered[0] = pages.skipped[0] = 0
+        self._spare.append(pages)
 
     def discard(self, request: Request) -> None:
         pages = self._pages.get(request.request_id)

@@ -44,6 +44,13 @@ class Pages:
         self.offered = [0] * num_groups
         self.skipped = [0] * num_groups
 
+    @classmethod
+    def one_group(cls) -> Pages:
+        """``Pages(1)`` (the classic layout's, one per new request: built without ``__init__``'s call)."""
+        pages = cls.__new__(cls)
+        pages.blocks, pages.tables, pages.offered, pages.skipped = [[]], [[]], [0], [0]
+        return pages
+
     def set_group(self, group: int, blocks: list[Block | None], offered: int = 0) -> None:
         """Group ``group``'s blocks (its table and skipped prefix follow from them)."""
         self.blocks[group] = blocks
