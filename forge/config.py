@@ -265,6 +265,8 @@ def _check_model_paths(cfg: DictConfig) -> None:
 
     for where in ("model", "drafter.model"):
         node = OmegaConf.select(cfg, where, default=None)
+        if isinstance(node, DictConfig) and node.get("tokenizer", "auto") not in ("auto", "none"):
+            raise ConfigError(f"{where}.tokenizer={node.tokenizer!r}: expected auto or none")
         if not isinstance(node, DictConfig) or "path" not in node or not isinstance(node.path, str):
             continue  # "???" (not in node) or a wrong type: _check_node's to report
         problem = path_problem(str(node.get("_target_", "")), node.path)

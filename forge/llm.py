@@ -25,6 +25,7 @@ from forge.engine.engine import Engine
 from forge.engine.spawn_guard import check_spawn_guard
 from forge.frontend import BeamSearchFrontend
 from forge.sched.fork import output_ids
+from forge.tokenizers.none import refuse_text_params
 
 if TYPE_CHECKING:
     from forge.structured.base import StructuredBackend
@@ -282,6 +283,7 @@ class LLM:
             raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
         requests = []
         for ids, p in zip(batch, params, strict=True):
+            refuse_text_params(self.tokenizer, p.stop, p.structured)
             request = Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0)
             if p.structured:
                 request.constraint = self._constraint(p, len(ids))

@@ -19,7 +19,9 @@ from forge.models.decoder import DecoderModel
 from forge.models.family import CheckpointError, HFFormat, ModelFamily, ModelRegistry
 from forge.models.fast_weights import apply_weight_format
 from forge.models.registry import MODEL_REGISTRY
+from forge.tokenizers.base import Tokenizer
 from forge.tokenizers.hf import load_hf_tokenizer
+from forge.tokenizers.none import CHOICES, no_tokenizer_from_hf
 
 __all__ = ["CheckpointError", "config_from_hf", "load_safetensors", "read_state_dict", "shard_files"]
 
@@ -80,6 +82,12 @@ def read_state_dict(directory: str) -> dict[str, torch.Tensor]:
     return state
 
 
+def _tokenizer(path: str, choice: str, vocab_size: int) -> Tokenizer:
+    if choice not in CHOICES:
+        raise CheckpointError(f"model.tokenizer={choice!r}: expected one of {', '.join(CHOICES)}")
+    return load_hf_tokenizer(path) if choice == "auto" else no_tokenizer_from_hf(path, vocab_size)
+
+
 def load_safetensors(
     path: str,
     dtype: str = "float32",
@@ -87,18 +95,21 @@ def load_safetensors(
     weights: str = "same",
     max_position: int | None = None,
     registry: ModelRegistry = MODEL_REGISTRY,
+    tokenizer: str = "auto",
 ) -> DecoderModel[Any, Any]:
     """The model in the Hugging Face directory ``path``, of the family its ``model_type`` names in
-    ``registry``; weights cast to ``dtype`` and stored as ``weights`` (``forge.models.fast_weights``)."""
+    ``registry``; weights cast to ``dtype`` and stored as ``weights`` (``forge.models.fast_weights``).
+    ``tokenizer``: ``auto`` reads ``tokenizer.json``; ``none`` builds no tokenizer (token ids only,
+    ``forge.tokenizers.none``), so the directory needs no tokenizer files."""
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: not a directory (expected a Hugging Face model directory)")
     hf = _read_config(path)
     family, fmt = family_of(hf, path, registry)
     config = fmt.config(hf, path, max_position)
-    tokenizer = load_hf_tokenizer(path)
+    tok = _tokenizer(path, tokenizer, int(config.vocab_size))
     state = read_state_dict(path)
     try:
-        model = family.build(config, state, tokenizer, getattr(torch, dtype), device)
+        model = family.build(config, state, tok, getattr(torch, dtype), device)
     except KeyError as exc:
         raise CheckpointError(f"{path}: {exc.args[0]}") from exc
     return apply_weight_format(model, weights)
