@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
+import openai
 import pytest
 from safetensors.torch import save_file
 
@@ -15,7 +19,9 @@ from forge.core.sampling_params import SamplingParams
 from forge.llm import LLM
 from forge.models.llama import random_state_dict
 from forge.models.safetensors_loader import load_safetensors
+from forge.server.background import BackgroundServer
 from tests.gguf_fixtures import tiny_config
+from tests.server_helpers import error_of, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 300
@@ -116,3 +122,51 @@ def test_forge_run_takes_lengths_and_refuses_text_prompts(checkpoint: Path, tmp_
 def test_a_bad_tokenizer_value_is_a_config_error(checkpoint: Path, tmp_path: Path) -> None:
     bad = _run(["model=safetensors", f"model.path={checkpoint}", "model.tokenizer=nope", f"hydra.run.dir={tmp_path}"])
     assert bad.returncode == 2 and bad.stderr.strip() == "config error: model.tokenizer='nope': expected auto or none"
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint: Path) -> Iterator[BackgroundServer]:
+    with serving(overrides(checkpoint), "random") as s:
+        yield s
+
+
+def _client(server: BackgroundServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_completes_token_id_prompts(server: BackgroundServer, stream: bool) -> None:
+    kw: Any = {"model": "random", "prompt": [1, 17, 42], "max_tokens": 4, "temperature": 0}
+    kw["extra_body"] = {"ignore_eos": True, "return_token_ids": True}
+    chunks = list(_client(server).completions.create(stream=True, **kw)) if stream else []
+    if not stream:
+        chunks = [_client(server).completions.create(**kw)]
+    ids = [t for c in chunks for t in (c.choices[0].model_extra or {}).get("token_ids") or []]
+    assert len(ids) == 4 and all(0 <= t < VOCAB for t in ids)
+    assert "".join(c.choices[0].text for c in chunks) == ""
+    assert (chunks[0].choices[0].model_extra or {})["prompt_token_ids"] == [1, 17, 42]
+
+
+COMPLETION = {"model": "random", "prompt": [1, 2, 3], "max_tokens": 2}
+REFUSED = [
+    ("/v1/completions", {**COMPLETION, "prompt": "hello"}, "prompt"),
+    ("/v1/completions", {**COMPLETION, "stop": ["x"]}, "stop"),
+    ("/v1/completions", {**COMPLETION, "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/completions", {**COMPLETION, "logprobs": 1}, "logprobs"),
+    ("/v1/completions", {**COMPLETION, "echo": True}, "echo"),
+    ("/v1/chat/completions", {"model": "random", "messages": [{"role": "user", "content": "hi"}]}, "messages"),
+    ("/tokenize", {"model": "random", "prompt": "hi"}, None),
+    ("/detokenize", {"model": "random", "tokens": [1, 2]}, None),
+    ("/v1/embeddings", {"model": "random", "input": "hi"}, None),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), REFUSED, ids=[f"{p}:{r}" for p, _, r in REFUSED])
+def test_server_refuses_text_with_a_400(server: BackgroundServer, path: str, body: dict[str, Any], param: str) -> None:
+    err = error_of(httpx.post(server.url + path, json=body, timeout=60), 400)
+    assert SETTING in err["message"] and err["param"] == param and err["type"] == "invalid_request_error"
+
+
+def test_official_client_sees_the_refusal(server: BackgroundServer) -> None:
+    with pytest.raises(openai.BadRequestError, match=SETTING):
+        _client(server).chat.completions.create(model="random", messages=[{"role": "user", "content": "hi"}])

@@ -50,6 +50,7 @@ from forge.server.tokenize import tokenize_router
 from forge.server.version import version_router
 from forge.structured.base import StructuredBackend
 from forge.structured.compile_pool import CompilePool
+from forge.tokenizers.none import has_text
 
 log = logging.getLogger("forge.server")
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -201,7 +202,7 @@ def app_from_config(cfg: DictConfig, model_name: str | None = None) -> tuple[Fas
     if engine.clock.simulated:
         raise APIError("served mode needs clock=wall")
     structured = None
-    if cfg.get("structured") is not None:
+    if cfg.get("structured") is not None and has_text(engine.tokenizer):  # none: no vocabulary to constrain
         structured = instantiate(cfg.structured)(tokenizer=engine.tokenizer)
     app = build_app(engine, settings, structured, model_name or model_choice_name(cfg), default_pooling(cfg))
     return app, settings

@@ -17,9 +17,11 @@ from forge.server.grammar import request_grammar
 from forge.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, SamplingFields
 from forge.server.request_limits import EngineLimits, check_counts, check_output_floor, output_room
 from forge.server.sampling import Sampling, check_sampling_fields, ending_ids, logit_bias
+from forge.server.token_only import check_token_only, needs_tokenizer
 from forge.structured.base import Grammar
 from forge.structured.compile_pool import CompilePool
 from forge.tokenizers.base import Tokenizer
+from forge.tokenizers.none import has_text
 
 MAX_STOP_STRINGS = 16
 Prompt = tuple[list[int], str | None]  # token ids, and the text they came from (None: given as ids)
@@ -57,6 +59,7 @@ class RequestBuilder:
         chat_template: str | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.has_text = has_text(tokenizer)  # False: model.tokenizer=none, token ids only
         self.limits = limits
         self.structured = structured
         self.model_name = model_name
@@ -77,6 +80,8 @@ class RequestBuilder:
         out: list[Prompt] = []
         for item in items:
             if isinstance(item, str):
+                if not self.has_text:
+                    raise needs_tokenizer("a text prompt", "prompt")
                 if not item:
                     raise APIError("prompt must not be empty", param="prompt")
                 out.append((self.tokenizer.encode(item), item))
@@ -94,6 +99,8 @@ class RequestBuilder:
         """The rendered chat (``tools`` given to the template). ``continue_final_message``: the
         final assistant message is left open, to be continued (Hugging Face's rule: the render is
         cut right after that message's text)."""
+        if not self.has_text:
+            raise needs_tokenizer("a chat", "messages")
         if not body.messages:
             raise APIError("messages must not be empty", param="messages")
         messages = template_messages(body.messages)
@@ -132,6 +139,8 @@ class RequestBuilder:
         if not 1 <= body.n <= self.max_n:
             raise APIError(f"n={body.n} must be in [1, {self.max_n}]", param="n")
         check_sampling_fields(body, self.limits.vocab_size)
+        if not self.has_text:
+            check_token_only(body)
         self._check_stops(body)
 
     def _check_stops(self, body: SamplingFields) -> None:

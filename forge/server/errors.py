@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from forge.server.protocol import APIError
+from forge.tokenizers.none import TokenizerRequired
 
 log = logging.getLogger("forge.server")
 MAX_ECHOED_PATH = 64
@@ -120,6 +121,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(validation_error(exc.errors()))
+
+    @app.exception_handler(TokenizerRequired)  # text asked of a model.tokenizer=none model (embeddings...)
+    async def _no_tokenizer(_: Request, exc: TokenizerRequired) -> JSONResponse:
+        return error_response(APIError(str(exc)))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

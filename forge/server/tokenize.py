@@ -21,6 +21,7 @@ from forge.server.checks import check_encodable, check_model
 from forge.server.nesting import check_embedded_json
 from forge.server.protocol import APIError, ChatCompletionRequest, DetokenizeRequest, TokenizeRequest
 from forge.server.request_limits import EngineLimits
+from forge.server.token_only import needs_tokenizer
 from forge.server.tools import tool_plan
 
 
@@ -32,6 +33,8 @@ def tokenize_router(builder: RequestBuilder, limits: EngineLimits, model_name: s
     def tokens(body: TokenizeRequest) -> JSONResponse:
         check_model(body.model, model_name)
         body.check_known_fields()
+        if not builder.has_text:
+            raise needs_tokenizer("/tokenize", None)
         check_encodable(body)
         check_embedded_json(body, max_nesting)
         if (body.prompt is None) == (body.messages is None):
@@ -53,6 +56,8 @@ def tokenize_router(builder: RequestBuilder, limits: EngineLimits, model_name: s
     def text(body: DetokenizeRequest) -> JSONResponse:
         check_model(body.model, model_name)
         body.check_known_fields()
+        if not builder.has_text:
+            raise needs_tokenizer("/detokenize", None)
         bad = [t for t in body.tokens if not 0 <= t < limits.vocab_size]
         if bad:
             raise APIError(f"token id {bad[0]} is outside the vocabulary", param="tokens")
