@@ -156,3 +156,12 @@ def test_a_trace_row_longer_than_the_engine_takes_is_refused(tmp_path: Path) -> 
     path.write_text(json.dumps({"arrival_time": 0.0, "output_len": 4, "input_len": 10**12}) + "\n")
     with pytest.raises(ValueError, match="line 1 .*longer than the 100"):
         TraceWorkload(str(path)).requests(ByteTokenizer(), max_prompt_len=100)
+
+
+def test_stop_strings_in_a_workload_run_are_refused_not_ignored() -> None:
+    from forge.config import ConfigError
+    from forge.engine.build import build_engine, workload_requests
+
+    cfg = compose_config(["model=synthetic", "clock=simulated", "+sampling.stop=[xx]"])
+    with pytest.raises(ConfigError, match="sampling.stop: stop strings are matched on decoded text"):
+        workload_requests(cfg, build_engine(cfg))

@@ -255,6 +255,11 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
     assert isinstance(base, dict)
     kwargs: dict[str, Any] = {str(k): v for k, v in base.items() if not str(k).startswith("_")}
     kwargs["ignore_eos"] = workload.ignore_eos or bool(kwargs.get("ignore_eos", False))
+    if kwargs.get("stop"):  # honoured or refused, never ignored: workload runs never decode text
+        raise ConfigError(
+            "sampling.stop: stop strings are matched on decoded text, which a workload run does not produce; "
+            "use sampling.stop_token_ids (or stop strings through the server or LLM)"
+        )
     params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
     max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
     with rare_gc():  # thousands of prompts: no GC passes over them while they are built
