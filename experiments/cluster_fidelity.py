@@ -26,7 +26,13 @@ from experiments.fidelity import LIMITS
 REF_COLUMNS = ("request_id", "arrival_time", "input_len", "output_len", "replica", "ttft_s", "tpot_s", "e2e_s")
 ROUTERS = {"round_robin": "round_robin", "lor": "vidur_lor", "random": "random"}
 METRICS = ("ttft", "tpot", "e2e")
-BASE = [*LIMITS, "clock.hardware=a100", "clock.cost=operators", "workload=trace"]
+BASE = [
+    *LIMITS,
+    "clock.hardware=a100",
+    "clock.cost=operators",
+    "workload=trace",
+    "workload.unsorted=sort",
+]  # Vidur writes rows by id
 
 
 def read_reference(path: Path) -> dict[str, np.ndarray]:
