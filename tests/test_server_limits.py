@@ -230,6 +230,7 @@ def test_engine_failures_do_not_leak_library_text(monkeypatch: pytest.MonkeyPatc
         raise RuntimeError(library_text)
 
     monkeypatch.setattr(engine, "step", failing_step)
+    monkeypatch.setattr(engine, "step_outputs", failing_step)  # what the server's frontend calls each step
     monkeypatch.setattr(engine.tokenizer, "encode", failing_encode)
     with BackgroundServer(build_app(engine, ServerSettings(), model_name="synthetic")) as s:
         r = httpx.post(s.url + "/tokenize", json={"prompt": "a"})
