@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from forge.gateway.spawn import spawned
+from forge.gateway.spawn import gateway, spawned
 from forge.results.provenance import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,20 +57,6 @@ def client_run(url: str, args: argparse.Namespace, out: Path) -> dict[str, float
     return {k: summary[k] for k in ["completed", "failed", *COLUMNS]}
 
 
-def gateway_child(backend: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forge.cli", "route", "--backend", backend, "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "running on " in line:
-            return proc, line.strip().rsplit(" ", 1)[-1]
-    raise SystemExit("the gateway did not start")
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_overhead", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -82,17 +68,16 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     load_start = os.getloadavg()
-    with spawned(1, ["model=tiny"]) as (backend,), tempfile.TemporaryDirectory() as tmp:
-        proc, gateway = gateway_child(backend.url)
-        try:
-            for r in range(args.rounds):
-                order = [("direct", backend.url), ("gateway", gateway)]
-                for path, url in order if r % 2 == 0 else order[::-1]:
-                    rows.append({"round": r, "path": path, **client_run(url, args, Path(tmp) / f"{r}-{path}")})
-                    print(rows[-1], flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with (
+        spawned(1, ["model=tiny"]) as (backend,),
+        gateway(["--backend", backend.url]) as via,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        for r in range(args.rounds):
+            order = [("direct", backend.url), ("gateway", via)]
+            for path, url in order if r % 2 == 0 else order[::-1]:
+                rows.append({"round": r, "path": path, **client_run(url, args, Path(tmp) / f"{r}-{path}")})
+                print(rows[-1], flush=True)
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "overhead.csv", index=False)
     (out / "overhead.md").write_text(report(frame, args, load_start, os.getloadavg()))

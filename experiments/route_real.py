@@ -11,17 +11,10 @@ are drawn by each side's tokenizer and differ, which the tiny model's step time 
 from __future__ import annotations
 
 import os
-import queue
 import re
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import numpy as np
@@ -29,6 +22,7 @@ import pandas as pd
 
 from experiments.common import REPO, run_grid
 from experiments.route_real_report import write_report
+from forge.gateway.spawn import gateway
 
 ROUTERS = ("round_robin", "least_outstanding", "power_of_two", "prefix_aware")
 BACKEND = ["model=tiny", "backend.num_threads=1", "kvcache.enable_prefix_caching=true"]
@@ -70,42 +64,6 @@ def calibrate(out: Path, quick: bool) -> Path:
     return profile
 
 
-def _drain(stream: IO[str], lines: queue.Queue[str]) -> None:
-    for line in stream:
-        lines.put(line)
-
-
-@contextmanager
-def route(replicas: int, router: str) -> Iterator[str]:
-    """``forge route --spawn N`` with the backends' settings and ``router``; its URL. Stopped on exit."""
-    cmd = [sys.executable, "-m", "forge.cli", "route", "--port", "0", "--spawn", str(replicas), *BACKEND]
-    proc = subprocess.Popen([*cmd, f"router={router}"], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_drain, args=(proc.stderr, lines), daemon=True).start()
-    try:
-        yield _gateway_url(proc, lines)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _gateway_url(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> str:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            m = re.search(r"running on (http://\S+)", lines.get(timeout=1))
-        except queue.Empty:
-            continue
-        if m:
-            return m.group(1)
-    raise RuntimeError("forge route did not start")
-
-
 def per_backend(url: str) -> tuple[str, list[int]]:
     """The gateway's router class and the requests it sent to each backend, in backend order."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
@@ -128,7 +86,7 @@ def measure(router: str, replicas: int, trace: Path, out: Path) -> dict[str, Any
     summary."""
     from benchmarks.serve import main as bench
 
-    with route(replicas, router) as url:
+    with gateway(["--spawn", str(replicas), *BACKEND, f"router={router}"], cwd=str(REPO)) as url:
         warm_up(url)
         argv = ["--url", url, "--workload", "trace", "--set", f"workload.path={trace}", "--output-dir", str(out)]
         summary = bench(argv)

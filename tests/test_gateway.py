@@ -3,59 +3,30 @@ router's distribution, streaming pass-through, keys, a backend killed mid-run, a
 
 from __future__ import annotations
 
-import queue
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 import httpx
 import openai
 import pytest
 
 from forge.gateway.spawn import Spawned, spawned
+from forge.gateway.spawn import gateway as spawn_gateway
 
 TINY = ["model=tiny", "engine.max_num_seqs=16"]
 
 
-def _pump(stream: IO[str], out: queue.Queue[str]) -> None:
-    for line in stream:
-        out.put(line)
-
-
 @contextmanager
 def gateway(*args: str) -> Iterator[str]:
-    """``forge route ARGS --port 0`` in a child process; its base URL. Stopped on exit."""
-    cmd = [sys.executable, "-m", "forge.cli", "route", "--port", "0", "--health-interval", "0.5", *args]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stderr, lines), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert time.monotonic() < deadline and proc.poll() is None, "the gateway did not start"
-            try:
-                m = re.search(r"running on (http://127\.0\.0\.1:\d+)", lines.get(timeout=1))
-            except queue.Empty:
-                continue
-            if m:
-                yield m.group(1)
-                return
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """``forge route ARGS`` in a child process, health checks every 0.5 s unless ARGS say otherwise."""
+    with spawn_gateway(["--health-interval", "0.5", *args]) as url:
+        yield url
 
 
 def per_backend(url: str) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -36,7 +37,32 @@ def _port(proc: subprocess.Popen[str], lines: queue.Queue[str], deadline: float)
         if m:
             return int(m.group(1))
     last = next((t for t in reversed(tail) if t), "no output")
-    raise RuntimeError(f"forge route --spawn: a backend did not start ({last})")
+    raise RuntimeError(f"a forge child did not start ({last})")
+
+
+def _start(cmd: Sequence[str], cwd: str | None = None) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """``cmd`` started with its stderr read line by line into a queue (by a daemon thread)."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stderr, lines), daemon=True).start()
+    return proc, lines
+
+
+@contextmanager
+def gateway(args: Sequence[str], timeout_s: float = 300.0, cwd: str | None = None) -> Iterator[str]:
+    """``forge route ARGS --port 0`` in a child process (binding 127.0.0.1); its base URL. Stopped on exit
+    (SIGINT: it stops the backends it spawned itself)."""
+    proc, lines = _start([sys.executable, "-m", "forge.cli", "route", "--port", "0", *args], cwd)
+    try:
+        yield f"http://127.0.0.1:{_port(proc, lines, time.monotonic() + timeout_s)}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @dataclass(frozen=True)
@@ -53,10 +79,7 @@ def spawned(n: int, overrides: Sequence[str], timeout_s: float = 300.0) -> Itera
     try:
         waits = []
         for _ in range(n):
-            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-            assert proc.stderr is not None
-            lines: queue.Queue[str] = queue.Queue()
-            threading.Thread(target=_lines, args=(proc.stderr, lines), daemon=True).start()
+            proc, lines = _start(cmd)
             procs.append(proc)
             waits.append(lines)
         deadline = time.monotonic() + timeout_s
