@@ -160,6 +160,7 @@ def test_no_backend_left_is_a_503() -> None:
         (["--backend", "http://127.0.0.1:8001", "router=nope"], "router=nope: no such option"),
         (["--backend", "http://127.0.0.1:8001", "model=tiny"], "model=tiny: not a router setting"),
         (["--backend", "http://127.0.0.1:8001", "--port", "70000"], "--port 70000: not a TCP port"),
+        (["--backend", "http://127.0.0.1:8001", "--api-key", " "], "--api-key: an empty key"),
     ],
 )
 def test_bad_command_lines_print_one_line(args: list[str], message: str) -> None:

@@ -73,6 +73,8 @@ def main(argv: Sequence[str]) -> None:
         urls = [check_url(u) for u in args.backend]
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if any(not key.strip() for key in args.api_key):
+        raise ConfigError("--api-key: an empty key would let every client in")
     router = make_router(router_overrides)
     sock = bind(args.host, args.port)
     keys = tuple(args.api_key) or tuple(k for k in [os.environ.get("FORGE_API_KEY")] if k)
