@@ -70,7 +70,7 @@ def _run_cluster(cfg: DictConfig, cluster: ClusterRun, run_dir: Path) -> dict[st
     summary.update(cluster.spec_summary())
     summary.update(records.extra(summary["duration_s"]))
     summary["clock"] = "simulated" if engine.clock.simulated else "wall"
-    summary["commit"] = git_commit()
+    summary["commit"] = git_commit(Path(__file__).resolve().parent)  # forge's checkout, not the cwd's
     summary["machine"] = f"{platform.node()} {platform.machine()} {platform.processor() or ''}".strip()
     if not engine.clock.simulated:  # what a wall-clock timing depends on besides the code
         summary.update(wall_conditions(load_start))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -32,6 +33,29 @@ def test_the_console_script_is_forge_cli_main() -> None:
     assert scripts == {"forge": "forge.cli:main"}
     module, _, attr = scripts["forge"].partition(":")
     assert getattr(sys.modules[module], attr) is main
+
+
+def test_a_run_records_forges_commit_not_the_working_directorys(tmp_path: Path) -> None:
+    """Run from another git checkout: summary.json's commit is forge's own checkout's."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], cwd=project, check=True)
+    theirs = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project, capture_output=True, text=True)
+    ours = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "forge.cli", "run", *QUICK, f"hydra.run.dir={run_dir}"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commit = json.loads((run_dir / "summary.json").read_text())["commit"]
+    assert commit.removesuffix("+dirty") == ours.stdout.strip() != theirs.stdout.strip()
 
 
 def test_forge_run_writes_a_run_directory_and_forge_report_rewrites_its_report(tmp_path: Path) -> None:
