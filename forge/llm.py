@@ -291,7 +291,7 @@ class LLM:
         return requests
 
     def _constraint(self, params: SamplingParams, prompt_len: int) -> Any:
-        from forge.structured.base import ConstraintSpec, GrammarError
+        from forge.structured.base import ConstraintSpec
 
         if params.n > 1:
             raise ValueError("structured output (json_schema / regex) takes n = 1; give the prompt n times instead")
@@ -301,12 +301,9 @@ class LLM:
             spec = ConstraintSpec.regex(str(params.regex))
         grammar = self._structured_backend().compile(spec)
         budget = min(params.max_tokens, self.engine.scheduler.limits.max_model_len - prompt_len)
-        if grammar.min_tokens > budget:
-            raise GrammarError(
-                f"the shortest output matching {spec.description} needs {grammar.min_tokens} tokens; "
-                f"max_tokens={params.max_tokens}"
-            )
-        return grammar.constraint(budget)
+        # a budget below the grammar's shortest output: the constraint steers to a shortest output and the
+        # engine cuts it at the budget (finish_reason "length"), as the server, OpenAI and vLLM do
+        return grammar.constraint(max(budget, grammar.min_tokens))
 
     def _structured_backend(self) -> StructuredBackend:
         if self._structured is None:

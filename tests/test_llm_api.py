@@ -145,8 +145,10 @@ def test_generate_with_a_regex_or_json_schema_matches_it() -> None:
     jsonschema.validate(json.loads(out.text), schema)
 
 
-def test_structured_output_that_cannot_fit_max_tokens_is_refused_before_running() -> None:
+def test_structured_output_longer_than_max_tokens_is_cut_with_length_as_the_server_does() -> None:
     llm = LLM("model=tiny")
-    with pytest.raises(ValueError, match="needs"):
-        llm.generate("x", SamplingParams(max_tokens=2, regex=r"[0-9]{10}"))
+    out = llm.generate("abc", SamplingParams(max_tokens=3, regex="hello world"))[0]
+    assert (out.text, out.finish_reason) == ("hel", "length")
+    whole = llm.generate("abc", SamplingParams(max_tokens=20, regex="hello world"))[0]
+    assert (whole.text, whole.finish_reason) == ("hello world", "stop")
     assert not llm.engine.has_unfinished()
