@@ -141,15 +141,6 @@ SYNTHETIC = (
     "a step costs the weight read whatever the number of tokens, so drafts are almost free; as the "
     "batch grows, the step becomes compute-bound and rejected drafts cost real FLOPs."
 )
-# why the real-model sections stay one run per case (the measured durations are in their CSVs' uptime lines)
-REAL_ONE_SEED = (
-    "**One seed.** This section was not rerun over seeds: its two CSVs took 5.8 min (simulated clock) + 4.8 min "
-    "(wall clock) for one run per case on this 2-core machine when it was idle (load ~2), so three seeds need "
-    "about 32 min of an idle machine, and the machine is shared with other jobs (load average 12-13 when the "
-    "seeds were added), which would both stretch that and distort the wall-clock times; the rows are from "
-    "`70c3cea`, before seeds, with the requests in the lists' fixed order. Rerun over seeds with the commands "
-    "above (the study now runs `--seeds 1,2,3` by default) on a quiet machine. "
-)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -186,20 +177,19 @@ def real_sections(out: Path) -> list[str]:
     )
     lines = section(
         out,
-        "real_smollm2_wall.csv",
+        "real_smollm2_wall_per_seed.csv",
         "Wall clock on CPU: SmolLM2-135M-Instruct (model=smollm2)",
         "real_speedup.png",
-        grounded
-        + REAL_ONE_SEED
-        + "Wall time on a 2-core machine shared with other engineers' jobs (`loadavg` = 1-minute "
-        "load average before->after each case, `uptime` above; the runs used `backend.num_threads=2` after the "
-        "other benchmarks had stopped, so a load near 2 is this run itself) and `engine.kv_cache_memory_gib=2` "
+        grounded + "Wall time with `--threads 1` (`backend.num_threads=1`), the study pinned to core 0 of this 2-core "
+        "machine (`taskset -c 0`) while other engineers' jobs ran on core 1 (`loadavg` = the machine's 1-minute "
+        "load average before->after each case, `uptime` above), and `engine.kv_cache_memory_gib=2` "
         "so that batch 32 runs without preemption (the default 0.5 GiB holds about 11k SmolLM2 tokens); "
         "`decode_speedup` compares only the steps that computed no prompt tokens (prefill is the same work "
-        "with and without a drafter, and the grounded prompts are long). One run per case, treat as "
-        "indicative (the chat rows at batch 1 changed sign between an earlier, contended run and this one). "
+        "with and without a drafter, and the grounded prompts are long). A seed draws the prompts from the same "
+        "short lists and their order, so most cases run the same prompts in another order in every seed (their "
+        "`tokens_per_target_forward` has no spread): there the CI is the run-to-run spread of the wall clock. "
         "On the CPU a forward's cost grows with the tokens it computes almost from batch 1, so rejected "
-        "draft tokens are never free: the chat workload, whose drafts are mostly rejected, does not gain here, "
+        "draft tokens are never free: the chat workload, whose drafts are mostly rejected, is slower with them here, "
         "while the grounded workload's drafts are accepted so often that fewer, larger forwards still win at "
         "batch 32 on the decode steps; the end-to-end gain shrinks with batch because the long grounded "
         "prompts' prefill (unchanged by speculation) is a growing share of the time. "
@@ -207,12 +197,10 @@ def real_sections(out: Path) -> list[str]:
     )
     lines += section(
         out,
-        "real_smollm2_simulated.csv",
+        "real_smollm2_simulated_per_seed.csv",
         "Simulated clock: SmolLM2-135M-Instruct's own dims on an H100 (roofline)",
         "real_sim_speedup.png",
-        grounded
-        + REAL_ONE_SEED
-        + "The real model computes every token on the CPU (so acceptance is the real model's), but "
+        grounded + "The real model computes every token on the CPU (so acceptance is the real model's), but "
         "time is the roofline's prediction for a 135M model on an H100 (`clock=simulated`, `model: auto`): "
         "with so few weights to read, every step up to batch 32 costs about the same, so even the chat "
         "workload's few accepted drafts pay; a crossover to a slowdown needs far larger batches (see the "

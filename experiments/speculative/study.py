@@ -3,10 +3,10 @@
     python experiments/speculative/study.py --model synthetic --clock simulated --out reports/speculative/sim.csv
     python -m experiments.run speculative  # the committed simulated section over the seeds, then the report
     python experiments/speculative/study.py --model tiny --clock wall --out reports/speculative/tiny_wall.csv
-    python experiments/speculative/study.py --model smollm2 --clock wall --threads 2 --max-tokens 96 \
-        --min-requests 8 --kv-gib 2 --out reports/speculative/real_smollm2_wall.csv
-    python experiments/speculative/study.py --model smollm2 --clock simulated --threads 2 --max-tokens 96 \
-        --min-requests 8 --out reports/speculative/real_smollm2_simulated.csv
+    taskset -c 0 python experiments/speculative/study.py --model smollm2 --clock wall --threads 1 --max-tokens 96 \
+        --min-requests 8 --kv-gib 2 --out reports/speculative/real_smollm2_wall_per_seed.csv
+    python experiments/speculative/study.py --model smollm2 --clock simulated --threads 1 --max-tokens 96 \
+        --min-requests 8 --out reports/speculative/real_smollm2_simulated_per_seed.csv
 
 Every case is run without a drafter and with each drafter on identical requests (all arriving at
 t = 0, batch = max_num_seqs; number of requests = batch, or the smallest multiple of it that is
