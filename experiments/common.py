@@ -109,9 +109,17 @@ def provenance() -> dict[str, str]:
     return {
         "command": "python -m experiments.run " + " ".join(sys.argv[1:]),
         "commit": commit,
-        "machine": f"{cpu}, {os.cpu_count()} cores (torch threads per run: 1)",
+        "machine": f"{cpu}, {os.cpu_count()} cores (torch threads per run: 1{pinning()})",
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
+
+
+def pinning() -> str:
+    """What the machine line adds when this process may run on fewer CPUs than the machine has (taskset)."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not allowed or len(allowed) >= (os.cpu_count() or 1):
+        return ""
+    return f"; pinned to CPU {', '.join(map(str, allowed))} (taskset), other jobs free to use the rest"
 
 
 def header(title: str, intro: str, prov: dict[str, str]) -> list[str]:
