@@ -12,6 +12,13 @@ from forge.results.stats import mean_ci95, t975
 from forge.server.json_nesting import NestingError, check_nesting, json_nesting, value_nesting
 
 
+def test_mean_ci95_of_identical_values_has_no_spread_not_a_rounding_error() -> None:
+    for values in ([0.1] * 3, [0.92, math.nextafter(0.92, 1.0), 0.92]):  # the mean or the values off by an ulp
+        ci = mean_ci95(values)
+        assert (ci.half_width, str(ci)) == (0.0, f"{values[0]:.4g} ± 0")
+    assert mean_ci95([0.92, 0.92 + 1e-9, 0.92]).half_width > 0.0
+
+
 def test_mean_ci95_matches_students_t() -> None:
     ci = mean_ci95([10.0, 12.0, 14.0])
     assert ci.mean == 12.0

@@ -56,6 +56,8 @@ def mean_ci95(values: Sequence[float]) -> MeanCI:
     if not xs:
         raise ValueError("no values to average")
     n = len(xs)
+    if n > 1 and max(xs) - min(xs) <= 1e-12 * max(map(abs, xs)):  # equal but for float rounding (sums taken
+        return MeanCI(math.fsum(xs) / n, 0.0, n)  # in another order): no spread, not a 1e-16 one
     mean = math.fsum(xs) / n
     if n == 1:
         return MeanCI(mean, math.nan, 1)
