@@ -35,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository's packages
 
+from experiments import common
 from experiments.seeds import SEEDS
 from experiments.speculative.workloads import chat_messages, copied_prefix, drawn_functions, grounded_prompts
 from forge import LLM, SamplingParams
@@ -154,7 +155,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def provenance(command: str) -> dict[str, str]:
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cpu = next(
         (
             ln.split(":", 1)[1].strip()
@@ -163,11 +163,10 @@ def provenance(command: str) -> dict[str, str]:
         ),
         platform.processor(),
     )
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
     return {
         "command": command,
-        "commit": rev + (" with uncommitted work" if dirty else ""),
-        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "commit": common.provenance()["commit"],  # changes under reports/ (study outputs) do not count
+        "cpu": f"{cpu}, {os.cpu_count()} cores{common.pinning()}",
         "uptime at start": uptime(),
     }
 
