@@ -103,3 +103,25 @@ if {skip}:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("finalised") == (0 if skip else 2)
+
+
+def test_the_bench_clients_workload_loads_no_torch() -> None:
+    """``benchmarks/serve.py`` builds only the workload (issue 37: its CPU within 1.5x of vLLM's client):
+    checking the whole config would import every component's module, torch for the default model
+    (~1 CPU-s of its ~4)."""
+    code = (
+        "import sys\nfrom benchmarks.serve import build_workload\n"
+        "w = build_workload(['workload.num_requests=3'])\n"
+        "print(type(w).__name__, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["SyntheticWorkload", "False"]
+
+
+def test_the_bench_clients_workload_settings_are_still_checked() -> None:
+    from benchmarks.serve import build_workload
+    from forge.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^workload\.bogus: not a setting of forge\.workloads\.synthetic"):
+        build_workload(["+workload.bogus=1"])
