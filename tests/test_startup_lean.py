@@ -125,3 +125,17 @@ def test_the_bench_clients_workload_settings_are_still_checked() -> None:
 
     with pytest.raises(ConfigError, match=r"^workload\.bogus: not a setting of forge\.workloads\.synthetic"):
         build_workload(["+workload.bogus=1"])
+
+
+def test_forge_bench_startup_reports_forge_runs_wall_and_cpu(tmp_path: Path) -> None:
+    """``forge bench startup`` times ``forge run`` too (the default job, or the overrides given), with
+    the CPU seconds of its process beside the wall time: the figure a loaded machine does not inflate."""
+    argv = ["--repeats", "1", "--no-server", "--output-dir", str(tmp_path), "model=synthetic", "progress=false"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.startup", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "startup.json").read_text())
+    wall, cpu = result["phases"]["forge run"]["min"], result["cpu"]["forge run"]["min"]
+    assert cpu > 0 and wall > 0 and "server healthy" not in result["cpu"]
+    assert "| forge run |" in (tmp_path / "README.md").read_text()
