@@ -139,3 +139,48 @@ def test_forge_bench_startup_reports_forge_runs_wall_and_cpu(tmp_path: Path) -> 
     wall, cpu = result["phases"]["forge run"]["min"], result["cpu"]["forge run"]["min"]
     assert cpu > 0 and wall > 0 and "server healthy" not in result["cpu"]
     assert "| forge run |" in (tmp_path / "README.md").read_text()
+
+
+FAKE_VLLM_SERVE = '''
+import enum, json, urllib.request
+from vllm.benchmarks.datasets import SampleRequest  # the loader's stand-in
+from vllm.utils.gc_utils import freeze_gc_heap  # noqa: F401
+
+class TaskType(enum.Enum):
+    GENERATION = "generation"
+
+async def benchmark(*, api_url, model_id, input_requests, request_rate, ignore_eos, **_):
+    """A stand-in for vLLM's loop: each request once, not streamed."""
+    for r in input_requests:
+        assert isinstance(r, SampleRequest) and ignore_eos
+        body = {"model": model_id, "prompt": r.prompt, "max_tokens": r.expected_output_len, "ignore_eos": True}
+        req = urllib.request.Request(api_url, json.dumps(body).encode(), {"content-type": "application/json"})
+        json.loads(urllib.request.urlopen(req).read())
+    return {"completed": len(input_requests), "failed": 0}
+'''
+
+
+def test_client_cpu_runs_both_clients_from_a_vllm_sdist(tmp_path: Path) -> None:
+    """``benchmarks/client_cpu.py`` end to end, with a stand-in for vLLM's ``serve.py`` in an sdist-shaped
+    tarball (the real one is not a forge dependency: ``reports/serve/client_cpu.md`` was measured with it)."""
+    import tarfile
+
+    serve_py = tmp_path / "serve.py"
+    serve_py.write_text(FAKE_VLLM_SERVE)
+    sdist = tmp_path / "vllm-0.0.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(serve_py, "vllm-0.0.0/vllm/benchmarks/serve.py")
+    out = tmp_path / "out"
+    argv = ["--vllm-src", str(sdist), "--rounds", "1", "--num-prompts", "3", "--request-rate", "inf"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.client_cpu", *argv, "--output-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "client_cpu.json").read_text())
+    forge_cpu, vllm_cpu = result["cpu_s"]["forge"][0], result["cpu_s"]["vllm"][0]
+    assert forge_cpu > 0 and vllm_cpu > 0 and result["ratio"] == forge_cpu / vllm_cpu
+    assert "Ratio forge / vLLM" in (out / "client_cpu.md").read_text()
