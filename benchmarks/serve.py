@@ -36,9 +36,10 @@ from hydra.utils import instantiate
 from benchmarks.serve_report import write_outputs
 from benchmarks.sse_client import HTTPStatusError, SSEClient
 from forge.cli import compose_errors_as_config_errors, hydra_error_line
-from forge.config import ConfigError, compose_config
+from forge.config import ConfigError, compose_group
 from forge.core.errors import ENVIRONMENT_EXIT_CODE as ENV
 from forge.core.errors import CommandError, run_main
+from forge.engine.gc_pause import no_collection_at_exit, rare_gc
 from forge.tokenizers.base import Tokenizer
 from forge.workloads.synthetic import Workload
 
@@ -196,7 +197,7 @@ def build_workload(overrides: list[str]) -> Workload:
     """The workload option with ``--set``'s overrides; one it cannot build is a one-line ``ConfigError``."""
     try:
         with compose_errors_as_config_errors():
-            workload: Workload = instantiate(compose_config(overrides).workload)
+            workload: Workload = instantiate(compose_group(overrides, "workload"))
             return workload
     except InstantiationException as exc:
         raise ConfigError(hydra_error_line(exc)) from None
@@ -321,4 +322,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    no_collection_at_exit()  # as forge bench serve runs it (forge.cli.main)
+    with rare_gc():
+        run_main(main)

@@ -8,8 +8,12 @@ not used: it slows imports down): ``import forge`` (what ``from forge import Sam
 ``import forge.llm`` (engine, torch, Hydra), ``import forge.server.app`` (FastAPI on top), model load
 (``LLM(*overrides)``: compose, validate, build the engine) and the first token (``generate`` of one
 token). ``server healthy`` is wall time from launching ``forge serve <overrides> --port 0`` to the
-first 200 from ``GET /health``. Each phase reports the minimum and the median over the repeats, and
-the report records the command, the machine (CPU, cores, load average at start) and the commit.
+first 200 from ``GET /health``; ``forge run`` is the wall time of ``forge run <overrides>`` (the
+default job when none are given: it writes its run directory, report and plots included, to a
+temporary directory). Each phase reports the minimum and the median over the repeats, and the
+report records the command, the machine (CPU, cores, load average at start) and the commit. Wall
+time measures the neighbours too; the CPU seconds (user + sys) of ``forge run``'s process and of the
+server's process until it is healthy (``/proc``; Linux) do not, and are reported beside it.
 It writes README.md and startup.json to ``--output-dir``: by default ``outputs/bench/startup-<date>-<time>``
 (git-ignored), so that a measurement leaves the checkout clean; ``--output-dir reports/startup/tiny``
 regenerates a committed report.
@@ -21,9 +25,11 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -86,19 +92,55 @@ def library_phases(overrides: list[str]) -> dict[str, float]:
     return {name: python + marks[name] for name in PHASES}
 
 
-def server_healthy(overrides: list[str], timeout_s: float = 300.0) -> float:
-    """Seconds from launching ``forge serve`` to the first 200 from ``/health``."""
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (``/proc/PID/stat``), None without procfs."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_healthy(overrides: list[str], timeout_s: float = 300.0) -> tuple[float, float | None]:
+    """Seconds from launching ``forge serve`` to the first 200 from ``/health``, and the CPU
+    seconds the server's process had used by then."""
     cmd = [sys.executable, "-m", "forge.cli", "serve", *overrides, "--port", "0", "hydra.run.dir=/tmp/forge-startup"]
     t0 = time.perf_counter()
-    with child_server(cmd, timeout_s) as (_, port):
+    with child_server(cmd, timeout_s) as (proc, port):
         while time.perf_counter() - t0 < timeout_s:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    return time.perf_counter() - t0
+                    return time.perf_counter() - t0, process_cpu(proc.pid)
             except httpx.HTTPError:
                 pass
             time.sleep(0.01)
         raise SystemExit("the server never became healthy")
+
+
+def forge_run(overrides: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + sys) seconds of ``forge run <overrides>``, its run directory written to
+    a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="forge-startup-run-") as run_dir:
+        cmd = [sys.executable, "-m", "forge.cli", "run", *overrides, f"hydra.run.dir={run_dir}"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"forge run failed:\n{proc.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _table(title: str, unit: str, stats: dict[str, dict[str, float]]) -> list[str]:
+    return [
+        title,
+        "",
+        f"| phase | min ({unit}) | median ({unit}) |",
+        "|---|---|---|",
+        *[f"| {name} | {v['min']:.2f} | {v['median']:.2f} |" for name, v in stats.items()],
+        "",
+    ]
 
 
 def write_report(out_dir: Path, result: dict[str, Any]) -> Path:
@@ -112,16 +154,38 @@ def write_report(out_dir: Path, result: dict[str, Any]) -> Path:
         f"Commit `{result['commit']}`; machine: {m['cpu']}, {m['cores']} cores, load average "
         f"{m['load_average_1m']} at start; {result['repeats']} repeats, each in a fresh process.",
         "",
-        "Seconds since the process was launched, at the end of each phase (min / median over repeats):",
-        "",
-        "| phase | min (s) | median (s) |",
-        "|---|---|---|",
-        *[f"| {name} | {v['min']:.2f} | {v['median']:.2f} |" for name, v in result["phases"].items()],
-        "",
-    ]
+        *_table("Seconds since the process was launched, at the end of each phase (min / median over repeats):",
+                "s", result["phases"]),
+    ]  # fmt: skip
+    if result.get("cpu"):
+        lines += _table("CPU seconds (user + sys) of the process, which the machine's load does not inflate as it "
+                        "does wall time:", "CPU-s", result["cpu"])  # fmt: skip
     path = out_dir / "README.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _stats(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    return {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in samples.items() if v}
+
+
+def sample(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds of each phase, and CPU seconds of ``forge run`` and the healthy server, per repeat."""
+    wall: dict[str, list[float]] = {name: [] for name in (*PHASES, "server healthy", "forge run")}
+    cpu: dict[str, list[float]] = {"server healthy": [], "forge run": []}
+    for _ in range(args.repeats):
+        for name, seconds in library_phases(args.overrides).items():
+            wall[name].append(seconds)
+        if not args.no_server:
+            seconds, server_cpu = server_healthy(args.overrides)
+            wall["server healthy"].append(seconds)
+            if server_cpu is not None:
+                cpu["server healthy"].append(server_cpu)
+        if not args.no_run:
+            seconds, run_cpu = forge_run(args.overrides)
+            wall["forge run"].append(seconds)
+            cpu["forge run"].append(run_cpu)
+    return wall, cpu
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -133,31 +197,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="default: outputs/bench/startup-<date>-<time> (git-ignored); the committed reports/startup/... when named",
     )
     p.add_argument("--no-server", action="store_true", help="skip the forge serve measurement")
+    p.add_argument("--no-run", action="store_true", help="skip the forge run measurement")
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. model=smollm2")
     args = p.parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("--repeats must be >= 1")
     at_start = machine()
-    samples: dict[str, list[float]] = {name: [] for name in PHASES}
-    if not args.no_server:
-        samples["server healthy"] = []
-    for _ in range(args.repeats):
-        for name, seconds in library_phases(args.overrides).items():
-            samples[name].append(seconds)
-        if not args.no_server:
-            samples["server healthy"].append(server_healthy(args.overrides))
+    wall, cpu = sample(args)
     result = {
         "command": " ".join(["forge bench startup", *(sys.argv[1:] if argv is None else argv)]),
         "overrides": args.overrides,
         "repeats": args.repeats,
         "commit": git_commit(),
         "machine": at_start,
-        "phases": {name: {"min": min(v), "median": statistics.median(v), "all": v} for name, v in samples.items()},
+        "phases": _stats(wall),
+        "cpu": _stats(cpu),
     }
     out_dir = Path(args.output_dir or f"outputs/bench/startup-{time.strftime('%Y%m%d-%H%M%S')}")
     path = write_report(out_dir, result)
-    for name, v in result["phases"].items():
-        print(f"{name:<26} min {v['min']:6.2f} s   median {v['median']:6.2f} s")
+    for kind, stats in (("", result["phases"]), ("CPU ", result["cpu"])):
+        for name, v in stats.items():
+            print(f"{kind + name:<30} min {v['min']:6.2f} s   median {v['median']:6.2f} s")
     print(f"report: {path}")
     return result
 

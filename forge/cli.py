@@ -42,6 +42,7 @@ from typing import Any
 
 from forge.config import CONF_DIR, ConfigError
 from forge.core.errors import CommandError, exit_on_expected_error, exit_with_line, full_errors_wanted
+from forge.engine.gc_pause import no_collection_at_exit, rare_gc
 from forge.server.port_check import check_port_free
 
 CONFIG_ERROR_EXIT_CODE = 2
@@ -336,8 +337,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args and args[0] not in ("-h", "--help"):
             sys.exit(USAGE_EXIT_CODE)
         return
+    # the command's imports, config composition and model build with few GC passes (forge serve's
+    # serving loop runs with Python's own thresholds), and no full collection as the process exits
+    no_collection_at_exit()
     try:
-        COMMANDS[args[0]](args[1:])
+        with rare_gc():
+            COMMANDS[args[0]](args[1:])
     except CommandError as exc:  # ConfigError included
         exit_on_expected_error(exc)
 

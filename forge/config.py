@@ -108,6 +108,19 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
     return cfg
 
 
+def compose_group(overrides: list[str] | tuple[str, ...], group: str) -> DictConfig:
+    """The ``group`` node of the config ``overrides`` compose to, with that group's settings checked as
+    ``validate`` checks them and nothing else: for a client that builds only a workload
+    (``benchmarks/serve.py``), since checking every group imports every component's module (torch,
+    for the default model)."""
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    node = cfg[group]
+    _check_node(group, node)
+    return node
+
+
 def _check_node(path: str, node: Any) -> None:
     if not isinstance(node, DictConfig) or "_target_" not in node:
         return

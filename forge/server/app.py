@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from forge.core.pooling import PoolingParams
 from forge.engine.engine import Engine
+from forge.engine.gc_pause import default_gc
 from forge.server.admin import ShutdownControl, admin_router
 from forge.server.async_engine import AsyncEngine
 from forge.server.auth import RateLimiter
@@ -225,7 +226,8 @@ def serve(cfg: DictConfig) -> None:
     state: ServerState = app.state.forge
     server = ForgeServer(uvicorn_config(app, settings), state.drain)
     app.state.shutdown.exit_server = server.request_exit
-    server.run()
+    with default_gc():  # whatever thresholds the start-up ran with (forge serve: rare_gc)
+        server.run()
     run_dir = hydra_run_dir()
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
