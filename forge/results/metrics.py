@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +13,8 @@ from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
 from forge.kvcache.base import KVUsage
+from forge.results.step_log import StepLog
+from forge.results.step_log import StepRecord as StepRecord  # (re-exported: it was defined here)
 from forge.sched.step_outputs import StepOutputs
 
 if TYPE_CHECKING:  # pandas is imported where frames are built: the serving path never builds one
@@ -44,36 +45,12 @@ SUMMARY_STEP_COLUMNS = (
 """The step columns ``summarize`` reads, with their dtypes as in ``steps_frame``."""
 
 
-class StepRecord(NamedTuple):
-    """One step's statistics (a named tuple: one is recorded per step)."""
-
-    step: int
-    start_time: float
-    end_time: float
-    num_seqs: int
-    num_tokens: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    num_waiting: int
-    num_running: int
-    num_preempted: int
-    kv_usage: float
-    kv_token_slots: int
-    kv_reserved_slots: int
-    kv_internal_frag_slots: int
-    kv_external_frag_slots: int
-    kv_free_slots: int
-    kv_total_slots: int
-
-
 class MetricsRecorder:
     """Collects what happened; turns it into DataFrames and a summary. Holds no engine state."""
 
     def __init__(self) -> None:
         self.requests: dict[str, RequestTimeline] = {}
-        self.steps: list[StepRecord] = []
+        self.steps = StepLog()  # column-wise; a Sequence of StepRecord
         self.counters: dict[str, int] = {}
         self._unscheduled: dict[str, RequestTimeline] = {}  # arrived, not yet scheduled
 
@@ -138,8 +115,8 @@ class MetricsRecorder:
                 tl.finish_time = end
                 tl.finish_reason = out.finish_reason
                 tl.num_preemptions = requests[out.request_id].num_preemptions
-        self.steps.append(  # positional (StepRecord's field order): a keyword call costs three times as much
-            StepRecord(
+        self.steps.append(  # a plain tuple in StepRecord's field order (StepLog)
+            (
                 len(self.steps),
                 start,
                 end,
@@ -181,11 +158,7 @@ class MetricsRecorder:
         record, step = self.steps.append, len(self.steps)
         for (rows, _), end, u, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
             sizes = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
-            record(
-                StepRecord(
-                    step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots
-                )
-            )
+            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots))
             step += 1
             start = end
 
@@ -196,20 +169,13 @@ class MetricsRecorder:
         return pd.DataFrame(self.request_columns())
 
     def steps_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        if not self.steps:
-            return pd.DataFrame([])
-        return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
+        """One row per step (``StepRecord``'s fields)."""
+        return self.steps.frame()
 
     def summary(self, counters: dict[str, int]) -> dict[str, Any]:
         """``summarize`` of this run's frames, computed from its columns without pandas (the same numbers):
         of the steps, only the columns it reads."""
-        records = self.steps
-        steps = {
-            name: np.fromiter(map(attrgetter(name), records), dtype=dtype, count=len(records))
-            for name, dtype in SUMMARY_STEP_COLUMNS
-        }
+        steps = {name: self.steps.column(name).astype(dtype, copy=False) for name, dtype in SUMMARY_STEP_COLUMNS}
         return summarize(self.request_columns(), steps, counters)
 
     def request_columns(self) -> dict[str, Any]:
