@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,8 @@ class RequestTimeline:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
 
+
+_request_id = attrgetter("request_id")
 
 SUMMARY_STEP_COLUMNS = (
     ("step", np.int64),
@@ -89,8 +92,8 @@ class MetricsRecorder:
                 prefill += min(c.start + c.num_tokens, n_prompt) - c.start
             drafts += c.num_draft_tokens
         decode = sched.num_batched_tokens - prefill - drafts
-        for r in outputs.decoded:  # the plain decodes' outputs are their requests (one new token each)
-            tl = timelines[r.request_id]
+        decoded = outputs.decoded  # the plain decodes' outputs are their requests (one new token each)
+        for tl, r in zip(map(timelines.__getitem__, map(_request_id, decoded)), decoded, strict=True):
             tl.token_times.append(end)
             tl.num_output_tokens = len(r.output_token_ids)
             if r.num_cached_tokens > tl.num_cached_tokens:
@@ -144,9 +147,9 @@ class MetricsRecorder:
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
-        taken = len(ends)
-        for r, n in zip(run.requests, run.num_steps, strict=True):
-            tl = timelines[r.request_id]
+        taken, requests = len(ends), run.requests
+        rows = zip(map(timelines.__getitem__, map(_request_id, requests)), requests, run.num_steps, strict=True)
+        for tl, r, n in rows:
             tl.token_times += ends if n == taken else ends[:n]
             tl.num_output_tokens = len(r.output_token_ids)
         for i in run.finish_order:
