@@ -40,7 +40,7 @@ class StepRecord(NamedTuple):
 
 FLOAT_FIELDS = frozenset({"start_time", "end_time", "kv_usage"})
 TYPECODES = tuple("d" if name in FLOAT_FIELDS else "q" for name in StepRecord._fields)
-_PENDING = 4096  # steps held as tuples before they go into the columns
+_PENDING = 1024  # steps held as tuples before they go into the columns
 
 
 class StepLog(Sequence[StepRecord]):

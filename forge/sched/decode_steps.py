@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from forge.core.decode_run import DecodeRun
 from forge.core.outputs import DecodeRows, ModelOutput, RequestOutput, SchedulerOutput
 from forge.core.request import Request, RequestStatus
-from forge.kvcache.base import DecodeRunCache, KVCacheManager, KVUsage
+from forge.kvcache.base import BlockOps, DecodeRunCache, KVCacheManager, KVUsage
 from forge.policies.base import Policy
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_outputs import StepOutputs
@@ -34,6 +34,7 @@ class DecodeRunSteps:
     _forks: dict[str, list[Request]]
     _running_decodes: RunningDecodes | None
     _run_kv: DecodeRunCache | None
+    _grouped: bool
 
     def _admit(self, budget: int, step: StepRows) -> int:
         raise NotImplementedError  # the scheduler's
@@ -41,6 +42,11 @@ class DecodeRunSteps:
     def _update_chunks(
         self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]
     ) -> tuple[list[RequestOutput], list[Request]]:
+        raise NotImplementedError  # the scheduler's
+
+    def _accept_decodes(
+        self, decoded: list[Request], tokens: list[int], eos_token_ids: frozenset[int]
+    ) -> tuple[list[Request], list[Request]]:
         raise NotImplementedError  # the scheduler's
 
     @property
@@ -129,7 +135,7 @@ class DecodeRunSteps:
         step is not that (a waiting-first policy, a swap-in or fork pending, a decode that does not fit
         or could end otherwise): ``schedule`` it."""
         kv, policy = self._run_kv, self.policy
-        if not self.running or kv is None or policy.waiting_first:
+        if not self.running or kv is None or policy.waiting_first or self._grouped:
             return None
         total = policy.token_budget(self.limits.max_num_batched_tokens)
         rows = self._decode_rows(total)
@@ -144,40 +150,55 @@ class DecodeRunSteps:
             return None
         step = StepRows()
         budget = self._admit(total - len(run.requests), step) if len(self.waiting) else total - len(run.requests)
-        requests = list(run.requests)
         ops = self.kv.take_block_ops()
-        decodes = DecodeRows(
-            [r.request_id for r in requests], list(run.starts), list(run.token_ids), list(run.block_tables), requests
-        )
-        sched = SchedulerOutput(
-            step.rows,
-            num_batched_tokens=total - budget,
-            num_waiting=len(self.waiting),
-            swap_out=ops.swap_out,
-            copy_blocks=ops.copy_blocks,
-            swap_in=ops.swap_in,
-            decodes=decodes,
-            chunk_requests=step.requests,
-        )
-        return sched, run
+        return _step_output(run, step, total - budget, len(self.waiting), ops), run
 
     def update_joining(
         self, sched: SchedulerOutput, run: DecodeRun, out: ModelOutput, eos_token_ids: frozenset[int]
     ) -> StepOutputs:
-        """``update`` of a ``schedule_joining`` step (``run``: its decodes; no request of it aborted since):
-        each decode's token appended (they end only at their length limits: ``run.finishing``), the
-        finishing ones freed, then the admitted chunks updated as ``update`` does."""
+        """``update`` of a ``schedule_joining`` step (``run``: its first decodes; no request of it aborted
+        since): each of the run's decodes gets its token (they end only at their length limits:
+        ``run.finishing``), the finishing ones freed; then the decodes admitted (requests whose prompt was
+        computed elsewhere, as on a disaggregated decode replica) and the admitted chunks, as ``update``."""
         decoded, tokens = sched.decodes.requests, out.decode_tokens(sched.decodes)
-        for request, token in zip(decoded, tokens, strict=True):
+        for request, token in zip(run.requests, tokens, strict=False):  # the run's rows come first
             request.num_computed_tokens += 1
             request.output_token_ids.append(token)
         finished = self._finish_rows(run)
+        k = len(run.requests)
+        if len(decoded) > k:
+            ended, _ = self._accept_decodes(decoded[k:], tokens[k:], eos_token_ids)
+            finished += ended
+        else:
+            ended = []
         others, finished_others = self._update_chunks(sched, out, eos_token_ids)
-        if finished_others:
-            for request in finished_others:
+        if ended or finished_others:
+            for request in ended + finished_others:
                 self.kv.free(request)
             self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return StepOutputs(decoded, tokens, finished, others, out.logprobs)
+
+
+def _step_output(
+    run: DecodeRun, step: StepRows, num_batched_tokens: int, num_waiting: int, ops: BlockOps
+) -> SchedulerOutput:
+    """The ``SchedulerOutput`` of a joining step: ``run``'s decodes, then those ``step`` admitted (a request
+    whose prompt is computed decodes at once), then its chunks."""
+    requests, starts, tokens, tables = run.requests, run.starts, run.token_ids, run.block_tables
+    if step.decode_requests:
+        admitted = step.decodes()
+        requests, starts = requests + admitted.requests, starts + admitted.starts
+        tokens, tables = tokens + admitted.token_ids, tables + admitted.block_tables
+    return SchedulerOutput(
+        step.rows,
+        num_batched_tokens=num_batched_tokens,
+        num_waiting=num_waiting,
+        swap_out=ops.swap_out,
+        copy_blocks=ops.copy_blocks,
+        swap_in=ops.swap_in,
+        decodes=DecodeRows([r.request_id for r in requests], starts, tokens, tables, requests),
+        chunk_requests=step.requests,
+    )
 
 
 def _differ(a: Request, b: Request) -> bool:
