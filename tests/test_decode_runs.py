@@ -1,7 +1,8 @@
-"""A run of plain decode steps taken at once (``DecodeRun``) gives what stepping through it gives:
-the same tokens, finals in the same order, the same per-request and per-step metrics (KV usage
-included) and the same KV cache state, whatever ends or interrupts it (length limits, arrivals,
-preemption, swaps, requests it cannot take)."""
+"""A run of plain decode steps taken at once (``DecodeRun``), and a step of the running decodes taken
+column-wise with the admissions that join them (``Scheduler.schedule_joining``), give what stepping
+through the plain loop gives: the same tokens, finals in the same order, the same per-request and
+per-step metrics (KV usage included) and the same KV cache state, whatever ends or interrupts them
+(length limits, arrivals, preemption, swaps, requests they cannot take)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import pytest
 
 from forge.config import compose_config
 from forge.core.decode_run import DecodeRun
+from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request, RequestStatus
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
+from forge.kvcache.base import KVUsage
 from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.sched.running_decodes import RunningDecodes
@@ -58,23 +61,30 @@ CASES = {
 }
 
 
-def run(overrides: list[str], decode_runs: bool) -> tuple[list[tuple[str, list[int]]], Engine, int]:
-    """Finals (id, tokens) in the order ``run`` returns them, the engine, and the steps taken in runs."""
+def run(overrides: list[str], decode_runs: bool) -> tuple[list[tuple[str, list[int]]], Engine, int, int]:
+    """Finals (id, tokens) in the order ``run`` returns them, the engine, the steps taken in runs and
+    the steps taken as joining steps (``Scheduler.schedule_joining``)."""
     cfg = compose_config([*BASE, *overrides, f"engine.fast_paths={str(decode_runs).lower()}"])
     engine = build_engine(cfg)
     assert engine.decode_runs is (decode_runs and "kvcache=naive" not in overrides)  # no DecodeRunCache
-    plan = engine.scheduler.plan_decode_run
-    planned = []
+    start, join = engine.scheduler.start_decode_run, engine.scheduler.schedule_joining
+    in_runs, joined = [], []
 
-    def counting(max_steps: int) -> DecodeRun | None:
-        run = plan(max_steps)
-        planned.append(run)
-        return run
+    def counting(run: DecodeRun) -> list[KVUsage] | None:
+        usage = start(run)
+        in_runs.append(run.steps if usage is not None else 0)
+        return usage
 
-    engine.scheduler.plan_decode_run = counting  # type: ignore[method-assign]
+    def joining() -> tuple[SchedulerOutput, DecodeRun] | None:
+        step = join()
+        joined.append(step is not None)
+        return step
+
+    engine.scheduler.start_decode_run = counting  # type: ignore[method-assign]
+    engine.scheduler.schedule_joining = joining  # type: ignore[method-assign]
     finals = engine.run(workload_requests(cfg, engine))
-    taken = len(engine.recorder.steps) - sum(1 for p in planned if p is None) if planned else 0
-    return [(rid, list(out.token_ids)) for rid, out in finals.items()], engine, taken
+    taken = sum(in_runs)
+    return [(rid, list(out.token_ids)) for rid, out in finals.items()], engine, taken, sum(joined)
 
 
 def same_run(a: Engine, b: Engine) -> None:
@@ -86,11 +96,15 @@ def same_run(a: Engine, b: Engine) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_decode_runs_equal_stepping(case: str) -> None:
-    fast, e1, taken = run(CASES[case], decode_runs=True)
-    slow, e2, none = run(CASES[case], decode_runs=False)
-    assert none == 0 and len(fast) >= 12
+    fast, e1, taken, joined = run(CASES[case], decode_runs=True)
+    slow, e2, none, none_joined = run(CASES[case], decode_runs=False)
+    assert none == 0 and none_joined == 0 and len(fast) >= 12
     assert fast == slow
     same_run(e1, e2)
+    if case in ("prefix-caching", "naive-cache", "mixed-sampling") or case.startswith("vllm_v0"):
+        assert joined == 0  # no runs, or a waiting-first policy: arrivals never join the decodes column-wise
+    else:
+        assert joined > 20  # arrivals joined the running decodes (and preemption: decodes that all fit)
     if case in ("prefix-caching", "naive-cache", "mixed-sampling"):  # caches or requests runs do not take
         assert taken == 0
     elif case.endswith(("preemption", "swap")):  # requests wait for blocks most of the time: few runs

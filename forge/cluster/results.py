@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from forge.cluster.loop import Replica
+from forge.engine.gc_pause import rare_gc
+from forge.results.step_log import StepRecord
 from forge.spec.base import SpecDecodeStats
 
 REQUEST_TIMES = ("arrival_time", "first_scheduled_time", "first_token_time", "finish_time")
@@ -21,16 +23,38 @@ def merged_frames(replicas: Sequence[Replica], column: str = "replica") -> tuple
     seconds from the run's start; one simulated replica: its frames as the engine records them, plus
     that column. Requests are in arrival order (stable: a
     replica's own order among equal times), steps replica by replica."""
-    reqs, steps = [], []
-    for r in replicas:
-        rec = r.engine.recorder
-        reqs.append(_shifted(rec.requests_frame(), REQUEST_TIMES, r.offset).assign(**{column: r.index}))
-        steps.append(_shifted(rec.steps_frame(), STEP_TIMES, r.offset).assign(**{column: r.index}))
-    req_df = pd.concat(reqs, ignore_index=True) if len(reqs) > 1 else reqs[0]
-    if len(reqs) > 1:
-        req_df = req_df.sort_values("arrival_time", kind="stable", ignore_index=True)
-    step_df = pd.concat(steps, ignore_index=True) if len(steps) > 1 else steps[0]
-    return req_df, step_df
+    with rare_gc():  # a million requests' ITL arrays: no collector passes over the run's records meanwhile
+        reqs = []
+        for r in replicas:
+            frame = r.engine.recorder.requests_frame()
+            reqs.append(_shifted(frame, REQUEST_TIMES, r.offset).assign(**{column: r.index}))
+        req_df = pd.concat(reqs, ignore_index=True) if len(reqs) > 1 else reqs[0]
+        del reqs
+        if len(replicas) > 1:
+            req_df = req_df.sort_values("arrival_time", kind="stable", ignore_index=True)
+        return req_df, merged_steps(replicas, column)
+
+
+def merged_steps(replicas: Sequence[Replica], column: str = "replica") -> pd.DataFrame:
+    """The replicas' steps frames, one after the other, with ``column``: built a field at a time from
+    the recorders' columns (``StepLog``) when every replica took a step, so only the merged frame is
+    held, not each replica's as well; else (a replica took none) by concatenating their frames."""
+    logs = [r.engine.recorder.steps for r in replicas]
+    if not all(len(log) for log in logs):
+        steps = [
+            _shifted(r.engine.recorder.steps_frame(), STEP_TIMES, r.offset).assign(**{column: r.index})
+            for r in replicas
+        ]
+        return pd.concat(steps, ignore_index=True) if len(steps) > 1 else steps[0]
+    columns: dict[str, np.ndarray] = {}
+    for name in StepRecord._fields:
+        parts = [log.column(name) for log in logs]
+        if name in STEP_TIMES:
+            parts = [part - r.offset if r.offset != 0 else part for part, r in zip(parts, replicas, strict=True)]
+        columns[name] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    index = np.array([r.index for r in replicas], dtype=np.int64)
+    columns[column] = np.repeat(index, [len(log) for log in logs])
+    return pd.DataFrame(columns, copy=False)
 
 
 def _shifted(frame: pd.DataFrame, columns: tuple[str, ...], offset: float) -> pd.DataFrame:

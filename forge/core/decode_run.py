@@ -4,8 +4,7 @@ plain data the scheduler, the KV cache, the runner, the clock and the metrics ea
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 from forge.core.request import Request
 
@@ -28,6 +27,7 @@ class DecodeRun:
     block_tables: list[list[int]]
     num_steps: list[int]
     finishing: list[bool]
+    _finish_order: list[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
@@ -77,8 +77,16 @@ class DecodeRun:
             out.append(left)
         return out
 
-    @cached_property
+    @property
     def finish_order(self) -> list[int]:
         """The finishing rows' indices in the order they end: by last step, then row order (computed once:
-        the KV cache, the scheduler and the recorder each read it)."""
-        return sorted((i for i, f in enumerate(self.finishing) if f), key=self.num_steps.__getitem__)
+        the KV cache, the scheduler and the recorder each read it; not a ``cached_property``, whose lock
+        costs more than the sort on Python 3.11)."""
+        order = self._finish_order
+        if order is None:
+            finishing = self.finishing
+            order = [i for i in range(len(finishing)) if finishing[i]] if any(finishing) else []
+            if len(order) > 1:
+                order.sort(key=self.num_steps.__getitem__)
+            self._finish_order = order
+        return order

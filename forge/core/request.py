@@ -40,7 +40,7 @@ class TokenConstraint(Protocol):
     def accept(self, token: int) -> None: ...
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: ~300 bytes less a request (a million-request run holds them all)
 class Request:
     """One generation request.
 

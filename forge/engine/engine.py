@@ -221,9 +221,10 @@ class Engine:
         self._record(sched, outputs, start)
         return outputs
 
-    def _execute(self, sched: SchedulerOutput) -> StepOutputs:
+    def _execute(self, sched: SchedulerOutput, run: DecodeRun | None = None) -> StepOutputs:
         """Run the step and update the scheduler: its outputs, with the final outputs of the requests
-        that failed (all of the step's if the model step raised)."""
+        that failed (all of the step's if the model step raised). ``run``: the step's decodes as
+        ``Scheduler.schedule_joining`` took them (updated column-wise unless a request failed)."""
         try:
             out = self.runner.execute(sched)
         except EngineDeadError:
@@ -235,7 +236,11 @@ class Engine:
             return StepOutputs(others=self._fail(rows, step_failed=True))
         self.speculator.record(sched, out)
         failed = self._fail(out.failed) if out.failed else []
-        outputs = self.scheduler.update(sched, out, self.tokenizer.eos_token_ids)
+        eos = self.tokenizer.eos_token_ids
+        if run is not None and not failed:
+            outputs = self.scheduler.update_joining(sched, run, out, eos)
+        else:
+            outputs = self.scheduler.update(sched, out, eos)
         return outputs.with_others(failed) if failed else outputs
 
     def _record(self, sched: SchedulerOutput, outputs: StepOutputs, start: float) -> None:
@@ -307,7 +312,8 @@ class Engine:
         runner, the scheduler and the clock can take one: the same steps, ending before the one that
         would see ``next_arrival`` (the clock's time of the next request this engine may be given;
         ``math.inf``: none). What ``run`` calls between arrivals, and a cluster for each replica
-        (``forge.cluster``)."""
+        (``forge.cluster``). A step whose decodes are every running request's (an arrival joining
+        them) takes them column-wise (``_joining_step``)."""
         runner = self.runner
         if self.drafter is None and self.decode_runs:
             plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
@@ -315,8 +321,24 @@ class Engine:
                 run = plan.truncated(len(ends))
                 if (usage := self.scheduler.start_decode_run(run)) is not None:
                     return self._decode_run(runner, run, ends, usage)
+            if (joined := self._joining_step()) is not None:
+                return joined.finished
         ran = self._step()
         return ran.finished if ran is not None else []
+
+    def _joining_step(self) -> StepOutputs | None:
+        """``_step``, when the step is every running request's plain decode and then admissions (an arrival
+        joining a batch of decodes, ``Scheduler.schedule_joining``): the decodes taken column-wise, the same
+        step; None, nothing changed, otherwise."""
+        joined = self.scheduler.schedule_joining()
+        if joined is None:
+            return None
+        sched, run = joined
+        self.clock.step_started()
+        start = self.clock.now()
+        outputs = self._execute(sched, run)
+        self._record(sched, outputs, start)
+        return outputs
 
     def _decode_step_ends(self, run: DecodeRun, deadline: float) -> list[float]:
         return self._run_clock.decode_step_ends(run, deadline) if self._run_clock is not None else []

@@ -286,10 +286,9 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         new = self.pool.allocate(len(opening))
         assert new is not None
         allocated = [0] * run.steps
-        rids = [r.request_id for r in run.requests]
-        pages = self._pages
+        requests, pages = run.requests, self._pages
         for (j, i), block in zip(opening, new, strict=True):
-            row = pages[rids[i]]
+            row = pages[requests[i].request_id]
             row.blocks[0].append(block)
             row.tables[0].append(block.block_id)
             allocated[j] += 1

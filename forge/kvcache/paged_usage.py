@@ -50,12 +50,14 @@ def _fill(filled: dict[int, int], blocks: list[Block | None], skipped: int, comp
 def decode_run_openings(run: DecodeRun, block_size: int) -> list[tuple[int, int]]:
     """``(step, row)`` of each position of ``run`` that opens a new block, in the order step-by-step
     ``decode_slot`` calls would allocate them (by step, then row)."""
-    opening: list[tuple[int, int]] = []
-    for i, (start, n, table) in enumerate(zip(run.starts, run.num_steps, run.block_tables, strict=True)):
-        j = len(table) * block_size - start
-        while j < n:
-            opening.append((j, i))
-            j += block_size
+    bs, num_steps = block_size, run.num_steps
+    # each row's first step whose position lies past its blocks (its position: start + step)
+    firsts = [len(table) * bs - start for table, start in zip(run.block_tables, run.starts, strict=True)]
+    opening = [(j, i) for i, j in enumerate(firsts) if j < num_steps[i]]
+    more = [(j + bs, i) for j, i in opening if j + bs < num_steps[i]]  # rows opening several blocks
+    while more:
+        opening += more
+        more = [(j + bs, i) for j, i in more if j + bs < num_steps[i]]
     opening.sort()
     return opening
 

@@ -6,7 +6,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +14,8 @@ from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
 from forge.kvcache.base import KVUsage
+from forge.results.step_log import StepLog
+from forge.results.step_log import StepRecord as StepRecord  # (re-exported: it was defined here)
 from forge.sched.step_outputs import StepOutputs
 
 if TYPE_CHECKING:  # pandas is imported where frames are built: the serving path never builds one
@@ -35,6 +37,8 @@ class RequestTimeline:
     num_preemptions: int = 0
 
 
+_request_id = attrgetter("request_id")
+
 SUMMARY_STEP_COLUMNS = (
     ("step", np.int64),
     ("num_preempted", np.int64),
@@ -44,36 +48,12 @@ SUMMARY_STEP_COLUMNS = (
 """The step columns ``summarize`` reads, with their dtypes as in ``steps_frame``."""
 
 
-class StepRecord(NamedTuple):
-    """One step's statistics (a named tuple: one is recorded per step)."""
-
-    step: int
-    start_time: float
-    end_time: float
-    num_seqs: int
-    num_tokens: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    num_waiting: int
-    num_running: int
-    num_preempted: int
-    kv_usage: float
-    kv_token_slots: int
-    kv_reserved_slots: int
-    kv_internal_frag_slots: int
-    kv_external_frag_slots: int
-    kv_free_slots: int
-    kv_total_slots: int
-
-
 class MetricsRecorder:
     """Collects what happened; turns it into DataFrames and a summary. Holds no engine state."""
 
     def __init__(self) -> None:
         self.requests: dict[str, RequestTimeline] = {}
-        self.steps: list[StepRecord] = []
+        self.steps = StepLog()  # column-wise; a Sequence of StepRecord
         self.counters: dict[str, int] = {}
         self._unscheduled: dict[str, RequestTimeline] = {}  # arrived, not yet scheduled
 
@@ -112,8 +92,8 @@ class MetricsRecorder:
                 prefill += min(c.start + c.num_tokens, n_prompt) - c.start
             drafts += c.num_draft_tokens
         decode = sched.num_batched_tokens - prefill - drafts
-        for r in outputs.decoded:  # the plain decodes' outputs are their requests (one new token each)
-            tl = timelines[r.request_id]
+        decoded = outputs.decoded  # the plain decodes' outputs are their requests (one new token each)
+        for tl, r in zip(map(timelines.__getitem__, map(_request_id, decoded)), decoded, strict=True):
             tl.token_times.append(end)
             tl.num_output_tokens = len(r.output_token_ids)
             if r.num_cached_tokens > tl.num_cached_tokens:
@@ -138,8 +118,8 @@ class MetricsRecorder:
                 tl.finish_time = end
                 tl.finish_reason = out.finish_reason
                 tl.num_preemptions = requests[out.request_id].num_preemptions
-        self.steps.append(  # positional (StepRecord's field order): a keyword call costs three times as much
-            StepRecord(
+        self.steps.append(  # a plain tuple in StepRecord's field order (StepLog)
+            (
                 len(self.steps),
                 start,
                 end,
@@ -167,9 +147,9 @@ class MetricsRecorder:
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
-        taken = len(ends)
-        for r, n in zip(run.requests, run.num_steps, strict=True):
-            tl = timelines[r.request_id]
+        taken, requests = len(ends), run.requests
+        by_row = zip(map(timelines.__getitem__, map(_request_id, requests)), requests, run.num_steps, strict=True)
+        for tl, r, n in by_row:
             tl.token_times += ends if n == taken else ends[:n]
             tl.num_output_tokens = len(r.output_token_ids)
         for i in run.finish_order:
@@ -181,11 +161,7 @@ class MetricsRecorder:
         record, step = self.steps.append, len(self.steps)
         for (rows, _), end, u, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
             sizes = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
-            record(
-                StepRecord(
-                    step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots
-                )
-            )
+            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots))
             step += 1
             start = end
 
@@ -196,20 +172,13 @@ class MetricsRecorder:
         return pd.DataFrame(self.request_columns())
 
     def steps_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        if not self.steps:
-            return pd.DataFrame([])
-        return pd.DataFrame(self.steps, columns=list(StepRecord._fields))
+        """One row per step (``StepRecord``'s fields)."""
+        return self.steps.frame()
 
     def summary(self, counters: dict[str, int]) -> dict[str, Any]:
         """``summarize`` of this run's frames, computed from its columns without pandas (the same numbers):
         of the steps, only the columns it reads."""
-        records = self.steps
-        steps = {
-            name: np.fromiter(map(attrgetter(name), records), dtype=dtype, count=len(records))
-            for name, dtype in SUMMARY_STEP_COLUMNS
-        }
+        steps = {name: self.steps.column(name).astype(dtype, copy=False) for name, dtype in SUMMARY_STEP_COLUMNS}
         return summarize(self.request_columns(), steps, counters)
 
     def request_columns(self) -> dict[str, Any]:
@@ -255,13 +224,19 @@ class MetricsRecorder:
         }
 
 
-def percentiles(values: Any, prefix: str) -> dict[str, float]:
+def percentiles(values: Any, prefix: str, owned: bool = False) -> dict[str, float]:
+    """Mean, p50, p90 and p99 of ``values`` (in ms, NaN skipped). ``owned``: ``values`` is an array no one
+    else reads, which may be reordered in place (a million requests' ITLs: no copy of them)."""
     arr = np.asarray(values, dtype=float)  # None -> nan
-    arr = arr[~np.isnan(arr)]
+    missing = np.isnan(arr)
+    if missing.any():
+        arr, owned = arr[~missing], True
+    del missing
     if arr.size == 0:
         return {}
     out = {f"mean_{prefix}_ms": float(arr.mean() * 1e3)}
-    for p, value in zip((50, 90, 99), np.percentile(arr, (50, 90, 99)), strict=True):  # one partition for the three
+    # one partition for the three; in place when the array is a copy of ours (the same values either way)
+    for p, value in zip((50, 90, 99), np.percentile(arr, (50, 90, 99), overwrite_input=owned), strict=True):
         out[f"p{p}_{prefix}_ms"] = float(value * 1e3)
     return out
 
@@ -282,7 +257,8 @@ def summarize(requests: Any, steps: Any, counters: dict[str, int]) -> dict[str, 
     n_in = int(column(requests, "num_prompt_tokens").sum())
     n_out = int(column(requests, "num_output_tokens").sum())
     parts = [np.asarray(x, dtype=float) for x in requests["itl"]]
-    itl = np.concatenate(parts) if parts else np.empty(0)
+    itl = np.concatenate(parts) if parts else np.empty(0)  # a new array: ``percentiles`` may reorder it
+    del parts
     n_steps = len(steps["step"]) if len(steps) else 0
     summary: dict[str, Any] = {
         "num_requests": n_requests,
@@ -299,6 +275,6 @@ def summarize(requests: Any, steps: Any, counters: dict[str, int]) -> dict[str, 
     }
     for key in ("ttft", "tpot", "e2e"):
         summary.update(percentiles(requests[key], key))
-    summary.update(percentiles(itl, "itl"))
+    summary.update(percentiles(itl, "itl", owned=True))
     summary.update(counters)
     return summary

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress
-from operator import is_
+from operator import attrgetter, is_, sub
 
 from forge.core.decode_run import DecodeRun
 from forge.core.request import Request, RequestStatus
+
+_computed = attrgetter("num_computed_tokens")
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,13 @@ class RunningDecodes:
     def run(self, max_steps: int) -> DecodeRun:
         """The next steps of every row, at most ``max_steps``, as a ``DecodeRun`` (sharing these lists)."""
         requests = self.requests
-        starts = [r.num_computed_tokens for r in requests]
+        starts = list(map(_computed, requests))
         tokens = [r.output_token_ids[-1] for r in requests]
-        left = [stop - start for start, stop in zip(starts, self.stops, strict=True)]
+        left = list(map(sub, self.stops, starts))
         if max(left, default=0) <= max_steps:  # every row ends within the run
             num_steps, finishing = left, [True] * len(left)
+        elif min(left) > max_steps:  # none ends within it
+            num_steps, finishing = [max_steps] * len(left), [False] * len(left)
         else:
             num_steps = [n if n < max_steps else max_steps for n in left]
             finishing = [n <= max_steps for n in left]

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from forge.core.decode_run import DecodeRun
 from forge.core.fast_paths import declares_fast_paths
 from forge.core.outputs import ModelOutput, RequestOutput, ScheduledRequest, SchedulerOutput
 from forge.core.pooling import PooledPrefix
 from forge.core.request import Request, RequestStatus
-from forge.kvcache.base import DecodeRunCache, KVCacheManager, KVUsage
+from forge.kvcache.base import DecodeRunCache, KVCacheManager
 from forge.policies.base import Policy, PolicyContext
+from forge.sched.decode_steps import DecodeRunSteps
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_outputs import StepOutputs
 from forge.sched.step_rows import StepRows
@@ -34,7 +34,7 @@ class SchedulerLimits:
             raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
 
 
-class Scheduler:
+class Scheduler(DecodeRunSteps):
     """Owns the waiting queue and the running list; the policy only orders them.
 
     ``fast_paths``: take the policy's and the KV cache's fast paths (``decode_slot``, decode runs)
@@ -58,12 +58,6 @@ class Scheduler:
         # the cache's decode runs (``plan_decode_run``): a declaring cache with that interface, a declaring policy
         self._run_kv = kv if kv_fast and isinstance(kv, DecodeRunCache) and declares_fast_paths(policy) else None
         policy.bind(PolicyContext(prefix_len=kv.cached_prefix_len, num_waiting=self.waiting.__len__))
-
-    @property
-    def takes_decode_runs(self) -> bool:
-        """Whether ``plan_decode_run`` may plan runs: fast paths on, a policy and a KV cache that declare
-        them, the cache a ``DecodeRunCache``."""
-        return self._run_kv is not None
 
     # -- requests in and out -------------------------------------------------------
     def add_request(self, request: Request, forks: Sequence[Request] = ()) -> None:
@@ -336,65 +330,6 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.push(request)
 
-    # -- runs of plain decode steps ------------------------------------------------------
-    def plan_decode_run(self, max_steps: int) -> DecodeRun | None:
-        """The next steps (at most ``max_steps``) as one ``DecodeRun``, when each would be ``schedule``'s
-        plain decodes of every running request in order and only a length limit can end one: nothing
-        waiting, swapped or to fork; every request plain greedy with no constraint, ignoring EOS, with
-        no stop tokens; the budget holding the batch; the KV cache taking runs of these requests
-        (``DecodeRunCache.decode_run_fits``). None otherwise: schedule step by step. It changes no
-        request and no block: ``start_decode_run`` commits it or a truncation of it (if the free blocks
-        hold it). None whenever the policy or the KV cache does not declare fast paths
-        (``takes_decode_runs``). It keeps the rows' columns (``RunningDecodes``) until a step or an
-        abort touches a running request, so the next plan reads only the requests admitted since."""
-        running, kv = self.running, self._run_kv
-        if not running or kv is None:
-            return None
-        budget = self.policy.token_budget(self.limits.max_num_batched_tokens)
-        if len(self.waiting) or self.swapped or self._forks or len(running) > budget:
-            return None
-        order = self.policy.running_order(running)
-        if order is not running and (len(order) != len(running) or any(map(_differ, order, running))):
-            return None
-        max_len, block_table = self.limits.max_model_len, self.kv.block_table
-        known = self._running_decodes
-        rows = (
-            RunningDecodes.of(running, max_len, block_table)
-            if known is None
-            else known.extended(running, max_len, block_table)
-        )
-        self._running_decodes = rows  # (the rows of the running requests: a cache, not a change of state)
-        if rows is None:
-            return None
-        run = rows.run(max_steps)
-        return run if kv.decode_run_fits(run) else None
-
-    def start_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
-        """Reserve the KV slots of ``run`` (``plan_decode_run``'s, or a truncation of it); returns each
-        step's KV usage as ``kv.usage(running)`` reads after that step. None, nothing changed, when the
-        free blocks do not hold the run: schedule step by step."""
-        if self._run_kv is None:
-            raise TypeError(f"{type(self.kv).__name__} takes no decode runs here (takes_decode_runs is False)")
-        return self._run_kv.reserve_decode_run(run)
-
-    def finish_decode_run(self, run: DecodeRun, tokens: list[list[int]]) -> list[Request]:
-        """Append each row's sampled ``tokens`` (``num_steps[i]`` of them), finish the finishing rows and
-        free their blocks, in the order they end; returns them in that order."""
-        if list(map(len, tokens)) != run.num_steps:
-            raise ValueError(f"a decode run of {run.num_steps} steps per row got {list(map(len, tokens))} tokens")
-        for request, sampled, n in zip(run.requests, tokens, run.num_steps, strict=True):
-            request.output_token_ids += sampled
-            request.num_computed_tokens += n
-        rows = self._running_decodes
-        self._running_decodes = rows.after(run) if rows is not None and rows.requests is run.requests else None
-        finished = [run.requests[i] for i in run.finish_order]
-        if finished:
-            for request in finished:
-                request.status = RequestStatus.FINISHED_LENGTH
-                self.kv.free(request)
-            self.running = [r for r in self.running if r.status is RequestStatus.RUNNING]
-        return finished
-
     # -- after the model ran ---------------------------------------------------------
     def update(self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]) -> StepOutputs:
         """Advance each row's request by the tokens computed for it and append the tokens it
@@ -545,10 +480,6 @@ class Scheduler:
             request.status = RequestStatus.FINISHED_LENGTH
             return True
         return False
-
-
-def _differ(a: Request, b: Request) -> bool:
-    return a is not b
 
 
 def _without(skipped: list[Request], requests: list[Request], tokens: list[int]) -> tuple[list[Request], list[int]]:
