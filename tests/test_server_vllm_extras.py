@@ -197,3 +197,15 @@ def test_chat_template_kwargs_reach_the_template(templated: openai.OpenAI) -> No
             "chat_template_kwargs",
             says,
         )
+
+
+# -- found by vLLM's suite (benchmarks/conformance_vllm) -----------------------------------------
+
+
+def test_logit_bias_names_every_key_that_is_not_a_token_id(client: openai.OpenAI) -> None:
+    """vLLM's test_chat_logit_bias_multiple_non_integer_keys: a client fixes all its keys after one 400."""
+    bias = {"bad1": 50.0, "7": 1.0, "bad2": 20.0}
+    call = lambda: client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=2, logit_bias=bias)  # noqa: E731
+    refused(call, "logit_bias", "'bad1'")
+    refused(call, "logit_bias", "'bad2'")
+
