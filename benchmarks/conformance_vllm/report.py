@@ -14,6 +14,7 @@ from typing import Any
 from benchmarks.conformance_vllm.classify import CLASSES, PASS, Verdict
 
 STEM = "conformance-vllm"
+MESSAGE_CHARS = 300  # of each failure's message in the CSV and JSON (200 in the Markdown)
 
 
 def cell(text: str) -> str:
@@ -54,7 +55,7 @@ def write(
 ) -> Path:
     """The three files under ``out_dir``; returns the Markdown's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [asdict(v) for v in verdicts]
+    rows = [asdict(v) | {"message": v.message[:MESSAGE_CHARS]} for v in verdicts]
     with (out_dir / f"{STEM}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["test_id"])
         writer.writeheader()
