@@ -197,3 +197,28 @@ def test_chat_template_kwargs_reach_the_template(templated: openai.OpenAI) -> No
             "chat_template_kwargs",
             says,
         )
+
+
+# -- found by vLLM's suite (benchmarks/conformance_vllm) -----------------------------------------
+
+
+def test_logit_bias_names_every_key_that_is_not_a_token_id(client: openai.OpenAI) -> None:
+    """vLLM's test_chat_logit_bias_multiple_non_integer_keys: a client fixes all its keys after one 400."""
+    bias: Any = {"bad1": 50.0, "7": 1.0, "bad2": 20.0}
+    call = lambda: client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=2, logit_bias=bias)  # noqa: E731
+    refused(call, "logit_bias", "'bad1'")
+    refused(call, "logit_bias", "'bad2'")
+
+
+def test_strict_inside_a_tools_parameters_is_an_annotation(client: openai.OpenAI) -> None:
+    """vLLM's test_max_tokens_with_tool_choice_required puts OpenAI's function-level ``strict`` inside
+    ``parameters``: not a JSON Schema keyword, so it constrains nothing and is no reason for a 400."""
+    params = {"type": "object", "strict": True, "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    tools: Any = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+    choices: list[Any] = ["required", {"type": "function", "function": {"name": "f"}}]
+    for choice in choices:
+        r = client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=1, tools=tools, tool_choice=choice)
+        assert r.choices[0].finish_reason == "length"
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "s", "schema": {**SCHEMA, "strict": True}}}
+    done = client.chat.completions.create(model="tiny", messages=MSGS, max_tokens=40, response_format=fmt)
+    assert json.loads(done.choices[0].message.content or "")["a"] is not None

@@ -19,6 +19,9 @@ TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset(
     {"title", "description", "default", "examples", "$schema", "$comment", "deprecated", "readOnly", "writeOnly"}
     | {"$defs", "definitions", "discriminator"}
+    # OpenAI's function-level flag, often found inside ``parameters`` (vLLM's own tests put it there): not
+    # a JSON Schema keyword, so it restricts no value
+    | {"strict"}
 )
 GENERIC = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"})
 NUMERIC = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
