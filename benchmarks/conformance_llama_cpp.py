@@ -3,11 +3,13 @@
 The tests come from llama-cpp-python's sdist on PyPI (it vendors llama.cpp, tests included): the
 file is downloaded once into ``--cache`` (default ``$FORGE_CACHE_DIR`` or ``~/.cache/forge``, then
 ``conformance/``), checked against the sha256 pinned here, and only
-``vendor/llama.cpp/tools/server/tests`` is extracted. pytest runs them there with the adapter plugin
-(``benchmarks/conformance_llama_cpp_adapter.py``), which starts forge servers in llama-server's place;
-each result is classed (``benchmarks/conformance_llama_cpp_classes.py`` and the rules in
-``benchmarks/conformance_llama_cpp.toml``) and the table is written to ``--out`` as
-``conformance-llama-cpp.{md,csv,json}``. Exit status 1 when a test is classed ``forge-bug``."""
+``vendor/llama.cpp/tools/server/tests`` and the chat templates its tests read
+(``vendor/llama.cpp/models/templates``) are extracted. pytest runs the tests there with the adapter
+plugin (``benchmarks/conformance_llama_cpp_adapter.py``), which starts forge servers in
+llama-server's place; each result is classed (``benchmarks/conformance_llama_cpp_classes.py`` and
+the rules in ``benchmarks/conformance_llama_cpp.toml``) and the table is written to ``--out`` as
+``conformance-llama-cpp.{md,csv,json}`` (``conformance-llama-cpp-smollm2.*`` with
+``--model smollm2``). Exit status 1 when a test is classed ``forge-bug``."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.conformance_llama_cpp_classes import classify, load_rules
-from benchmarks.conformance_llama_cpp_report import write_reports
+from benchmarks.conformance_llama_cpp_report import STEM, write_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -57,21 +59,27 @@ def sdist_url() -> str:
     return urllib.parse.urljoin(SDIST_JSON, url)
 
 
-def fetch_sdist(cache: Path, local: Path | None = None) -> Path:
-    """The pinned sdist in ``cache`` (copied from ``local`` or downloaded); a wrong sha256 is an error."""
-    target = cache / SDIST
-    if not target.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".part")
-        if local is not None:
-            partial.write_bytes(local.read_bytes())
-        else:
-            urllib.request.urlretrieve(sdist_url(), partial)
-        partial.replace(target)
-    found = sha256_of(target)
+def _checked(path: Path) -> Path:
+    found = sha256_of(path)
     if found != SDIST_SHA256:
-        raise SystemExit(f"{target}: sha256 {found}, expected {SDIST_SHA256} (delete it to download again)")
-    return target
+        path.unlink()
+        raise SystemExit(f"{path.name}: sha256 {found}, expected {SDIST_SHA256} (not kept)")
+    return path
+
+
+def fetch_sdist(cache: Path, local: Path | None = None) -> Path:
+    """The pinned sdist in ``cache`` (copied from ``local`` or downloaded); a file whose sha256 is not the
+    pinned one is deleted and refused."""
+    target = cache / SDIST
+    if target.exists():
+        return _checked(target)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    if local is not None:
+        partial.write_bytes(local.read_bytes())
+    else:
+        urllib.request.urlretrieve(sdist_url(), partial)
+    return _checked(partial).replace(target)
 
 
 def extract_tests(sdist: Path, cache: Path) -> Path:
@@ -105,7 +113,7 @@ def run_suite(tests_dir: Path, work: Path, model: str, selection: list[str], key
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("tests", nargs="*", default=["unit"], help="test files or ids, relative to tools/server/tests")
-    p.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2", help="the model forge serves")
+    p.add_argument("--model", choices=["tiny", "smollm2"], default="tiny", help="the model forge serves")
     p.add_argument("-k", dest="keyword", help="pytest's -k expression")
     p.add_argument("--cache", type=Path, default=None, help="where the sdist and the tests are kept")
     p.add_argument("--sdist", type=Path, default=None, help="a local copy of the sdist (checked against the pin)")
@@ -124,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.conformance_llama_cpp " + shlex.join(argv if argv is not None else sys.argv[1:])
     run = {"command": command, "model": args.model, "wall_s": time.monotonic() - start, "load": load}
     run |= {"load_after": os.getloadavg()[0], "sdist": f"{SDIST} (sha256 {SDIST_SHA256})", "logs": str(work / "logs")}
-    write_reports(verdicts, load_rules(), run, args.out)
+    stem = STEM if args.model == "tiny" else f"{STEM}-{args.model}"
+    write_reports(verdicts, load_rules(), run, args.out / stem)
     return 1 if any(v.klass == "forge-bug" for v in verdicts) else 0
 
 

@@ -147,8 +147,6 @@ def _check_unmapped(server: Any) -> None:
         raise Unmapped("server_host", f"={server.server_host}")
     if server.pooling not in (None, "mean", "last"):
         raise Unmapped("pooling", f"={server.pooling}")
-    if server.model_hf_repo is None:
-        raise Unmapped("model_file", " (no model: llama-server's router mode)")
 
 
 def _template_args(server: Any, tests_dir: Path) -> list[str]:
@@ -162,11 +160,13 @@ def _template_args(server: Any, tests_dir: Path) -> list[str]:
 
 
 def launch_for(server: Any, model: str, tests_dir: Path) -> Launch:
-    """The forge server for a configured ``ServerProcess`` (raises ``Unmapped``)."""
-    _check_unmapped(server)
+    """The forge server for a configured ``ServerProcess`` (raises ``Unmapped``: the model first)."""
     repo = (server.model_hf_repo, server.model_hf_file)
+    if repo[0] is None:
+        raise Unmapped("model_file", " (no model: llama-server's router mode)")
     if repo not in LM_MODELS:
         raise Unmapped("model_file", f" (--hf-repo {repo[0]} --hf-file {repo[1]})")
+    _check_unmapped(server)
     args = [model, "--port", "0", "--host", "127.0.0.1"]
     if server.n_ctx:
         args += ["--max-model-len", str(min(int(server.n_ctx), MODEL_CONTEXT[model]))]

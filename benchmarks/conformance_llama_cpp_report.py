@@ -81,13 +81,14 @@ def markdown(verdicts: Sequence[Verdict], rules: Sequence[Rule], run: Mapping[st
     return "\n".join(lines) + "\n"
 
 
-def write_reports(verdicts: Sequence[Verdict], rules: Sequence[Rule], run: Mapping[str, Any], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{STEM}.md").write_text(markdown(verdicts, rules, run))
-    with (out / f"{STEM}.csv").open("w", newline="") as f:
+def write_reports(verdicts: Sequence[Verdict], rules: Sequence[Rule], run: Mapping[str, Any], stem: Path) -> None:
+    """``stem`` + ``.md``, ``.csv`` and ``.json``."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(markdown(verdicts, rules, run))
+    with stem.with_suffix(".csv").open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["test", "outcome", "class", "reason", "failure", "refused requests"])
         writer.writerows([v.nodeid, v.outcome, v.klass, v.reason, v.message, "\n".join(v.answers)] for v in verdicts)
     doc: dict[str, Any] = {"run": {**run, "commit": commit(), "machine": machine()}, "counts": counts(verdicts)}
     doc["tests"] = [asdict(v) for v in verdicts]
-    (out / f"{STEM}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")

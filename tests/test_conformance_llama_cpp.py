@@ -7,10 +7,12 @@ miniature suite shaped like llama.cpp's (``utils.ServerProcess``, the autouse st
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -294,3 +296,24 @@ def test_llama_cpps_server_tests_show_no_forge_bug(tmp_path: Path) -> None:
     assert options - {*MAPPED, *IGNORED, *UNMAPPED} == set()
     status = harness.main(["--model", "tiny", "--out", str(tmp_path)])
     assert status == 0, (tmp_path / "conformance-llama-cpp.md").read_text()
+
+
+def test_the_sdist_is_pinned_and_only_the_tests_and_templates_are_extracted(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.tar.gz"
+    with tarfile.open(fake, "w:gz") as tar:
+        for name in ("tools/server/tests/utils.py", "models/templates/t.jinja", "src/llama.cpp", "tools/cli/x.py"):
+            data = f"# {name}\n".encode()
+            info = tarfile.TarInfo(harness.LLAMA_CPP_IN_SDIST + name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    cache = tmp_path / "cache"
+    with pytest.raises(SystemExit, match="sha256"):
+        harness.fetch_sdist(cache, local=fake)
+    assert list(cache.iterdir()) == []  # a file that is not the pinned one is not kept
+    tests = harness.extract_tests(fake, cache)
+    assert (tests / "utils.py").read_text() == "# tools/server/tests/utils.py\n" and (tests / "tmp").is_dir()
+    assert (tests / "../../../models/templates/t.jinja").resolve().is_file()
+    assert sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*") if p.is_file()) == [
+        "llama-cpp-0.3.36/models/templates/t.jinja",
+        "llama-cpp-0.3.36/tools/server/tests/utils.py",
+    ]
