@@ -27,6 +27,16 @@ LM_MODELS = frozenset(
         ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"),  # embeddings: forge pools the LM's states
     }
 )
+# llama.cpp's test models that are not language models forge can stand in for: (class, reason)
+OTHER_MODELS = {
+    (None, None): ("vendor-only", "no model: llama-server's router mode (models loaded on request)"),
+    ("ggml-org/test-preset-ci", None): ("vendor-only", "llama-server's router mode (a models preset)"),
+    ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): (
+        "vendor-only",
+        "a reranker model: forge serves no reranking",
+    ),
+    ("ggml-org/tinygemma3-GGUF:Q8_0", None): ("vendor-only", "a multimodal model: forge serves text models only"),
+}
 # the options the launch maps (ServerProcess attribute -> what it becomes)
 MAPPED = {
     "server_port": "--port 0 (the test's server_port is set to the port forge listens on)",
@@ -68,7 +78,10 @@ IGNORED = {
 }
 # option -> (class, reason): set (not None/False/0), the test cannot run on forge as written
 UNMAPPED: dict[str, tuple[str, str]] = {
-    "model_file": ("model-specific", "a llama.cpp model file forge does not serve"),
+    "model_file": (
+        "model-specific",
+        "a model from Hugging Face the harness does not download; the test checks its output",
+    ),
     "model_url": ("model-specific", "a model downloaded by URL (the harness downloads no model)"),
     "model_draft": ("vendor-only", "llama.cpp's draft-model speculative decoding (--model-draft)"),
     "model_tags": ("vendor-only", "llama-server's model tags (router mode)"),
@@ -116,10 +129,11 @@ MODEL_CONTEXT = {"smollm2": 2048, "tiny": 4096}
 
 
 class Unmapped(RuntimeError):
-    """A llama-server option forge serve has no equivalent of (the message names it)."""
+    """A llama-server option forge serve has no equivalent of (the message names it, its class and
+    the reason: ``UNMAPPED``'s unless given)."""
 
-    def __init__(self, option: str, detail: str = "") -> None:
-        klass, reason = UNMAPPED[option]
+    def __init__(self, option: str, detail: str = "", why: tuple[str, str] | None = None) -> None:
+        klass, reason = why or UNMAPPED[option]
         super().__init__(f"{UNMAPPED_PREFIX} {option}{detail} [{klass}] {reason}")
         self.option = option
 
@@ -162,10 +176,9 @@ def _template_args(server: Any, tests_dir: Path) -> list[str]:
 def launch_for(server: Any, model: str, tests_dir: Path) -> Launch:
     """The forge server for a configured ``ServerProcess`` (raises ``Unmapped``: the model first)."""
     repo = (server.model_hf_repo, server.model_hf_file)
-    if repo[0] is None:
-        raise Unmapped("model_file", " (no model: llama-server's router mode)")
     if repo not in LM_MODELS:
-        raise Unmapped("model_file", f" (--hf-repo {repo[0]} --hf-file {repo[1]})")
+        why = OTHER_MODELS.get(repo, UNMAPPED["model_file"])
+        raise Unmapped("model_file", f" (--hf-repo {repo[0]} --hf-file {repo[1]})", why)
     _check_unmapped(server)
     args = [model, "--port", "0", "--host", "127.0.0.1"]
     if server.n_ctx:

@@ -22,7 +22,15 @@ import pytest
 from benchmarks import conformance_llama_cpp as harness
 from benchmarks.conformance_llama_cpp_adapter import rewrite
 from benchmarks.conformance_llama_cpp_classes import Rule, Verdict, classify, counts, load_rules, unused_rules
-from benchmarks.conformance_llama_cpp_launch import IGNORED, MAPPED, UNMAPPED, Launch, Unmapped, launch_for
+from benchmarks.conformance_llama_cpp_launch import (
+    IGNORED,
+    MAPPED,
+    OTHER_MODELS,
+    UNMAPPED,
+    Launch,
+    Unmapped,
+    launch_for,
+)
 from benchmarks.conformance_llama_cpp_report import markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +80,7 @@ def test_a_template_file_inside_the_tests_folder_is_the_servers_template(tmp_pat
         ({"chat_template": "chatml"}, "chat_template"),
         ({"server_host": "127.0.0.1,::1"}, "server_host"),
         ({"pooling": "cls"}, "pooling"),
-        ({"model_hf_repo": None}, "model_file"),  # the router preset: no model
-        ({"model_hf_repo": "bartowski/Qwen2.5-7B-Instruct-GGUF"}, "model_file"),
+        ({"model_hf_repo": "bartowski/Qwen2.5-7B-Instruct-GGUF", "server_slots": True}, "model_file"),  # model first
     ],
 )
 def test_an_option_forge_serve_lacks_refuses_the_launch_naming_class_and_reason(
@@ -85,6 +92,15 @@ def test_an_option_forge_serve_lacks_refuses_the_launch_naming_class_and_reason(
     verdict = classify({"nodeid": "unit/t.py::x", "outcome": "error", "message": str(info.value)}, ())
     assert (verdict.klass, verdict.source) == (UNMAPPED[option][0], "unmapped")
     assert UNMAPPED[option][1] in verdict.reason
+
+
+@pytest.mark.parametrize(("repo", "file"), list(OTHER_MODELS))
+def test_the_suites_other_models_are_classed_by_what_they_are(tmp_path: Path, repo: str, file: str) -> None:
+    """A reranker, a multimodal model, none (router mode): vendor-only, with the reason named."""
+    with pytest.raises(Unmapped) as info:
+        launch_for(preset(model_hf_repo=repo, model_hf_file=file, server_reranking=True), "tiny", tmp_path)
+    verdict = classify({"nodeid": "unit/t.py::x", "outcome": "failed", "message": str(info.value)}, ())
+    assert (verdict.klass, verdict.reason.split(": ", 1)[1]) == OTHER_MODELS[(repo, file)]
 
 
 def test_mapped_ignored_and_unmapped_options_do_not_overlap_except_value_refusals() -> None:
