@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     start, load = time.monotonic(), os.getloadavg()[0]
     results = run_suite(tests_dir, work, args.model, args.tests, args.keyword)
     verdicts = [classify(r, load_rules()) for r in results]
-    command = "python -m benchmarks.conformance_llama_cpp " + shlex.join(argv if argv is not None else sys.argv[1:])
+    given = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "-m", "benchmarks.conformance_llama_cpp", *given])
     run = {"command": command, "model": args.model, "wall_s": time.monotonic() - start, "load": load}
     run |= {"load_after": os.getloadavg()[0], "sdist": f"{SDIST} (sha256 {SDIST_SHA256})", "logs": str(work / "logs")}
     stem = STEM if args.model == "tiny" else f"{STEM}-{args.model}"

@@ -68,7 +68,7 @@ def _no_download(*args: Any, **kwargs: Any) -> NoReturn:
 def _failure_message(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
-    return text[:1000]
+    return text[:500]
 
 
 class LlamaCppAdapter:
@@ -144,7 +144,7 @@ class LlamaCppAdapter:
         entry = self._entry(report.nodeid)
         if report.skipped and entry["outcome"] == "passed":
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            entry.update(outcome="skipped", message=str(reason)[:1000])
+            entry.update(outcome="skipped", message=str(reason)[:500])
         elif report.failed and entry["outcome"] in ("passed", "skipped"):
             entry.update(outcome="failed" if report.when == "call" else "error", message=_failure_message(report))
 
