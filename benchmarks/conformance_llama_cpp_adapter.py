@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -66,9 +67,12 @@ def _no_download(*args: Any, **kwargs: Any) -> NoReturn:
 
 
 def _failure_message(report: pytest.TestReport) -> str:
+    """The failure's message, without what changes from run to run (object addresses, pytest's
+    numbered temporary folders), so that two reports differ only where the outcomes do."""
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
-    return text[:500]
+    text = re.sub(r" at 0x[0-9a-f]+>", ">", text)
+    return re.sub(r"/pytest-of-[^/]+/pytest-\d+/", "/pytest-of-USER/pytest-N/", text)[:500]
 
 
 class LlamaCppAdapter:
