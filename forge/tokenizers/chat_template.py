@@ -22,6 +22,11 @@ class ChatTemplateError(ValueError):
     """The template raised (``raise_exception``) or failed to render."""
 
 
+# what a template's own expressions raise over a request's values (``bos_token + '...'`` on a model
+# without a BOS token, a division by the number of messages, ...): the request's error, as in vLLM
+RENDER_ERRORS = (TypeError, ValueError, LookupError, ArithmeticError, AttributeError)
+
+
 def _raise_exception(message: str) -> NoReturn:
     raise ChatTemplateError(message)
 
@@ -82,3 +87,5 @@ def render_chat(
         raise
     except jinja2.TemplateError as exc:
         raise ChatTemplateError(f"chat template failed to render: {exc}") from exc
+    except RENDER_ERRORS as exc:
+        raise ChatTemplateError(f"chat template failed to render: {type(exc).__name__}: {exc}") from exc
