@@ -14,7 +14,6 @@ the rules in ``benchmarks/conformance_llama_cpp.toml``) and the table is written
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from benchmarks.conformance_llama_cpp_classes import classify, load_rules
 from benchmarks.conformance_llama_cpp_report import STEM, write_reports
+from benchmarks.digest import sha256_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -41,14 +41,6 @@ EXTRACTED = ("tools/server/tests/", "models/templates/")
 def default_cache() -> Path:
     base = os.environ.get("FORGE_CACHE_DIR") or str(Path.home() / ".cache" / "forge")
     return Path(base) / "conformance"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sdist_url() -> str:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tarfile
 import urllib.request
 from pathlib import Path
 
+from benchmarks.digest import sha256_of
 from forge.core.cache import cache_dir
 
 VERSION = "0.33.0"
@@ -18,14 +18,6 @@ URL = (
 )
 SHA256 = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 SUITE = "tests/entrypoints/openai"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sdist(cache: Path | None = None, url: str = URL, sha256: str = SHA256) -> Path:
