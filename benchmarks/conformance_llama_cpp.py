@@ -109,7 +109,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-k", dest="keyword", help="pytest's -k expression")
     p.add_argument("--cache", type=Path, default=None, help="where the sdist and the tests are kept")
     p.add_argument("--sdist", type=Path, default=None, help="a local copy of the sdist (checked against the pin)")
-    p.add_argument("--out", type=Path, default=ROOT / "reports" / "serve", help="where the reports go")
+    p.add_argument(
+        "--output-dir",
+        "--out",
+        dest="out",
+        type=Path,
+        default=None,
+        help="where the reports go (default: outputs/bench/conformance-llama-cpp-<date>-<time>; "
+        "the committed ones: --output-dir reports/serve)",
+    )
     return p.parse_args(argv)
 
 
@@ -126,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     run = {"command": command, "model": args.model, "wall_s": time.monotonic() - start, "load": load}
     run |= {"load_after": os.getloadavg()[0], "sdist": f"{SDIST} (sha256 {SDIST_SHA256})", "logs": str(work / "logs")}
     stem = STEM if args.model == "tiny" else f"{STEM}-{args.model}"
-    write_reports(verdicts, load_rules(), run, args.out / stem)
+    out = args.out or Path("outputs/bench") / f"conformance-llama-cpp-{time.strftime('%Y%m%d-%H%M%S')}"
+    write_reports(verdicts, load_rules(), run, out / stem)
     return 1 if any(v.klass == "forge-bug" for v in verdicts) else 0
 
 

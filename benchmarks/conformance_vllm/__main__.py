@@ -26,7 +26,12 @@ from forge.core.cache import cache_dir
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.conformance_vllm", description=__doc__)
-    p.add_argument("--output-dir", default="reports/serve", help="where the table goes")
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        help="where the table goes (default: outputs/bench/conformance-vllm-<date>-<time>; "
+        "the committed one: --output-dir reports/serve)",
+    )
     p.add_argument("--workdir", default=None, help="where the suite is extracted and run (emptied first)")
     p.add_argument("--sdist", default=None, help="a local copy of the sdist (its sha256 is checked)")
     p.add_argument("--model", default="smollm2", help="the forge model option every server serves")
@@ -101,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.reclassify:
         meta["classed"] = f"again by `{command}` at {git_commit()} (rules.py edited after the run)"
-    path = report.write(Path(args.output_dir), found, meta, NOT_RUN)
+    out = args.output_dir or f"outputs/bench/conformance-vllm-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = report.write(Path(out), found, meta, NOT_RUN)
     bugs = sum(v.klass == BUG for v in found)
     print(f"{path}: {len(found)} tests, {bugs} classed forge bug")
     return 1 if bugs else 0
