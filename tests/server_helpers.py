@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -52,11 +53,19 @@ def _forward_lines(stream: IO[str], out: queue.Queue[str]) -> None:
         out.put(line)
 
 
+def default_hangup() -> None:
+    """In the server's child process: SIGHUP's default disposition, as a server started from a terminal
+    has, even when the test run ignores it (``nohup python -m pytest``), which the server honours."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @contextmanager
 def server_process(cmd: list[str], start_bound_s: float = 120.0) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """Run ``cmd`` (a server on port 0) from the repository root until it logs the port it listens on;
     yields the process and the port, and kills the process on exit if it is still running."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, preexec_fn=default_hangup
+    )
     assert proc.stderr is not None
     logs: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_forward_lines, args=(proc.stderr, logs), daemon=True).start()
