@@ -247,15 +247,23 @@ def test_votes_atomics_ldg_and_fences(runtime: CpuCuda, module) -> None:
     assert counters[3:].tolist() == [1] * 80
 
 
-def test_half2_arithmetic_rounds_once(module) -> None:
+def half_once(exact: torch.Tensor) -> torch.Tensor:
+    """float64 values rounded once to float16 (numpy's conversion; torch's ``.half()`` of a float64 goes
+    through float32 and so rounds twice, which differs near a tie in ~1 of 100k values)."""
+    return torch.from_numpy(exact.numpy().astype(np.float16))
+
+
+@pytest.mark.parametrize("seed", [0, 9])  # seed 9 draws a value where rounding twice would differ
+def test_half2_arithmetic_rounds_once(module, seed: int) -> None:
     n = 4096
-    a, b, c = (torch.randn(n).half() for _ in range(3))
+    gen = torch.Generator().manual_seed(seed)
+    a, b, c = (torch.randn(n, generator=gen).half() for _ in range(3))
     out = torch.zeros(3 * n, dtype=torch.float16)
     module.get_function("half2_ops")((1,), (128,), (raw(out), raw(a), raw(b), raw(c), np.int32(n)))
-    da, db, dc = a.double(), b.double(), c.double()
-    assert torch.equal(out[:n], (da + db).half())
-    assert torch.equal(out[n : 2 * n], (da * db).half())
-    assert torch.equal(out[2 * n :], (da * db + dc).half())
+    da, db, dc = a.double(), b.double(), c.double()  # sums and products of halves: exact in float64
+    assert torch.equal(out[:n], half_once(da + db))
+    assert torch.equal(out[n : 2 * n], half_once(da * db))
+    assert torch.equal(out[2 * n :], half_once(da * db + dc))
 
 
 def test_multiply_add_is_contracted_into_an_fma_as_nvrtc_does(module) -> None:
