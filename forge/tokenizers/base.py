@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -193,3 +194,13 @@ def _printable_draws(n: int, rng: random.Random) -> np.ndarray:
         tail.append(r)
     parts.append(np.array(tail, dtype="<u4"))
     return np.concatenate(parts) + 32
+
+
+def read_json_object(path: str) -> dict[str, Any]:
+    """A checkpoint directory's JSON file (``config.json``, ``tokenizer_config.json``...) as a dict;
+    ``{}`` when the file is absent or holds no object."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return data if isinstance(data, dict) else {}

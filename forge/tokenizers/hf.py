@@ -7,7 +7,6 @@ what the file says, ``encode(text, add_special_tokens=False)`` adds nothing.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from tokenizers import Tokenizer as Backend
 from tokenizers import processors
 
-from forge.tokenizers.base import Tokenizer
+from forge.tokenizers.base import Tokenizer, read_json_object
 
 
 def special_tokens_processor(backend: Backend, bos: str | None, eos: str | None) -> processors.TemplateProcessing:
@@ -78,14 +77,6 @@ class HFTokenizer(Tokenizer):
         }
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return data if isinstance(data, dict) else {}
-
-
 def _token_content(value: Any) -> str | None:
     """``tokenizer_config.json`` spells special tokens as strings or ``{"content": ...}``."""
     if isinstance(value, dict):
@@ -104,7 +95,7 @@ def _chat_template(directory: str, tok_config: dict[str, Any]) -> str | None:
     if os.path.isfile(jinja_path):
         with open(jinja_path, encoding="utf-8") as f:
             return f.read()
-    template = tok_config.get("chat_template") or _read_json(os.path.join(directory, "chat_template.json")).get(
+    template = tok_config.get("chat_template") or read_json_object(os.path.join(directory, "chat_template.json")).get(
         "chat_template"
     )
     if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
@@ -125,9 +116,9 @@ def load_hf_tokenizer(directory: str) -> HFTokenizer:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{directory}: no tokenizer.json")
     backend = Backend.from_file(path)
-    tok_config = _read_json(os.path.join(directory, "tokenizer_config.json"))
-    model_config = _read_json(os.path.join(directory, "config.json"))
-    gen_config = _read_json(os.path.join(directory, "generation_config.json"))
+    tok_config = read_json_object(os.path.join(directory, "tokenizer_config.json"))
+    model_config = read_json_object(os.path.join(directory, "config.json"))
+    gen_config = read_json_object(os.path.join(directory, "generation_config.json"))
 
     def token_id(name: str) -> int | None:
         content = _token_content(tok_config.get(name))

@@ -7,12 +7,11 @@ as vLLM gives an empty ``text`` without a tokenizer (the token ids carry the out
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
-from forge.tokenizers.base import Tokenizer
+from forge.tokenizers.base import Tokenizer, read_json_object
 
 SETTING = "model.tokenizer=none"
 CHOICES = ("auto", "none")  # auto: the checkpoint's tokenizer files
@@ -61,18 +60,10 @@ def _ids(value: Any) -> set[int]:
     return {v for v in value if isinstance(v, int)} if isinstance(value, list) else set()
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return data if isinstance(data, dict) else {}
-
-
 def no_tokenizer_from_hf(directory: str, vocab_size: int) -> NoTokenizer:
     """The ids of the Hugging Face directory's ``config.json`` and ``generation_config.json``."""
-    model = _read_json(os.path.join(directory, "config.json"))
-    generation = _read_json(os.path.join(directory, "generation_config.json"))
+    model = read_json_object(os.path.join(directory, "config.json"))
+    generation = read_json_object(os.path.join(directory, "generation_config.json"))
     bos = next(iter(sorted(_ids(model.get("bos_token_id")))), None)
     eos = frozenset(_ids(model.get("eos_token_id")) | _ids(generation.get("eos_token_id")))
     return NoTokenizer(vocab_size, bos, eos)
