@@ -7,6 +7,7 @@ the KV cache holds no block (read from /metrics)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import threading
@@ -136,7 +137,12 @@ def test_a_20mb_body_is_413(live: Live) -> None:
 
 class HealthProbe:
     """Polls /health on its own thread (its own connection) while a hostile request is served;
-    ``worst`` is the slowest answer (a failed or timed-out probe counts as ``inf``)."""
+    ``worst`` is the slowest answer (a failed or timed-out probe counts as ``inf``).
+
+    While it polls, the objects that already exist are frozen out of the cyclic GC (``gc.freeze``):
+    the server runs in pytest's process, whose heap late in a full run (every earlier test's objects)
+    makes one full collection take about a second, a pause of the test process and not of a ``forge
+    serve`` process. The server's own objects, made while the probe runs, are still collected."""
 
     def __init__(self, url: str, period_s: float = 0.2, deadline_s: float = 120.0) -> None:
         self.url = url
@@ -159,12 +165,14 @@ class HealthProbe:
                 self._stop.wait(self.period_s)
 
     def __enter__(self) -> HealthProbe:
+        gc.freeze()
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(HEALTH_PROBE_S + 1)
+        gc.unfreeze()
 
     @property
     def worst(self) -> float:

@@ -32,6 +32,9 @@ def serve(state: Path, *overrides: str) -> BackgroundServer:
     return BackgroundServer(app).start()
 
 
+LOOP_STALL_S = 0.3  # the longest /health may take while a batch's lines are read and checked
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     state = tmp_path_factory.mktemp("state")
@@ -190,11 +193,12 @@ def test_odd_batch_lines_are_each_answered_on_their_own(store: Store) -> None:
             assert unread[number]["code"] == code and "nests" in unread[number]["message"], (case, unread)
 
 
-def test_health_answers_while_a_60k_line_batch_is_validated(store: Store) -> None:
-    """Reading, checking and recording 60,000 lines (here all refused, so the engine does no work)
-    happens off the event loop: /health stays under the hostile suite's probe limit."""
-    text = "\n".join(line(f"v{i}", "x", url="/v1/embeddings") for i in range(60_000))
+def test_health_answers_while_a_150k_line_batch_is_validated(store: Store) -> None:
+    """Reading, checking and recording 150,000 lines (here all refused, so the engine does no work)
+    happens off the event loop: /health answers within ``LOOP_STALL_S`` throughout. (Read on the
+    loop, these lines stall it 0.6-1.2 s on the 2-core dev VM; off it, the worst probe took 0.03 s.)"""
+    text = "\n".join(line(f"v{i}", "x", url="/v1/embeddings") for i in range(150_000))
     with HealthProbe(str(store.client.base_url)) as probe:
         done = store.run(text)
-    assert done["status"] == "completed" and done["request_counts"]["failed"] == 60_000, done
-    assert probe.worst < 1.0 < HEALTH_PROBE_S, sorted(probe.latencies)[-5:]
+    assert done["status"] == "completed" and done["request_counts"]["failed"] == 150_000, done
+    assert probe.worst < LOOP_STALL_S < HEALTH_PROBE_S, sorted(probe.latencies)[-5:]
