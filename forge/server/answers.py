@@ -28,7 +28,8 @@ class ChoiceFormat(Protocol):
 
 def _body(gen: Generation, base: Body, choices: list[Body], merged: dict[int, Delta], extra: Body) -> JSONResponse:
     n_out = sum(len(d.token_ids) for d in merged.values())
-    return JSONResponse({**base, "choices": choices, "usage": usage(gen.prompt_tokens, n_out), **extra})
+    counts = usage(gen.prompt_tokens, n_out, gen.cached_tokens)
+    return JSONResponse({**base, "choices": choices, "usage": counts, **extra})
 
 
 async def json_answer(
@@ -54,14 +55,14 @@ class _UsageChunks:
     """What ``stream_options`` asks of a stream's usage: a final usage chunk (``include_usage``) and
     the usage so far on every chunk (``continuous_usage_stats``, vLLM's: only with ``include_usage``)."""
 
-    def __init__(self, options: StreamOptions | None, prompt_tokens: int) -> None:
+    def __init__(self, options: StreamOptions | None, gen: Generation) -> None:
         self.final = options is not None and options.include_usage
         self.continuous = self.final and options is not None and options.continuous_usage_stats
-        self.prompt_tokens = prompt_tokens
+        self.gen = gen
 
     def so_far(self, n_out: int) -> Body:
         if self.continuous:
-            return {"usage": usage(self.prompt_tokens, n_out)}
+            return {"usage": usage(self.gen.prompt_tokens, n_out, self.gen.cached_tokens)}
         return {"usage": None} if self.final else {}
 
 
@@ -78,7 +79,7 @@ async def _events(
     except APIError as err:
         yield sse(err.body())
     if counts.final:
-        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, n_out)})
+        yield sse({**base, "choices": [], "usage": usage(gen.prompt_tokens, n_out, gen.cached_tokens)})
     yield SSE_DONE
 
 
@@ -94,6 +95,6 @@ def sse_answer(
     ``first``), one chunk per delta, an error chunk if the engine fails, the usage chunk when
     ``stream_options.include_usage``, then ``[DONE]``. With ``include_usage`` and
     ``continuous_usage_stats`` every chunk carries the usage so far."""
-    counts = _UsageChunks(options, gen.prompt_tokens)
+    counts = _UsageChunks(options, gen)
     events = _events(gen, base, fmt, head or [], counts, first or {})
     return StreamingResponse(events, media_type="text/event-stream")

@@ -32,6 +32,10 @@ class Generation:
             for rid, c in self.choices.items()
         }
         self.pending: set[str] = set()
+        # a prompt's first output id (its parent request computes the prompt) -> the prompt's index
+        heads = {c.prompt_index: rid for rid, c in reversed(self.choices.items())}
+        self._heads = {rid: index for index, rid in heads.items()}
+        self._cached: dict[int, int] = {}
 
     def start(self) -> None:
         """Every request added to the engine; 503 (and none left in it) when it cannot take them."""
@@ -65,6 +69,8 @@ class Generation:
                 if rid not in self.pending:
                     continue
                 out = self._output(rid, item)
+                if rid in self._heads:
+                    self._cached[self._heads[rid]] = out.num_cached_tokens
                 text = self.texts[rid]
                 delta = text.push(out)
                 if delta.finish_reason is not None:
@@ -92,6 +98,12 @@ class Generation:
         async for c, _, d in self.events():
             parts[c.index].append(d)
         return {index: Delta.merge(ds) for index, ds in parts.items()}
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache so far: each prompt's, as its first request
+        (the one that computes the prompt) reports them."""
+        return sum(self._cached.values())
 
     @property
     def prompt_tokens(self) -> int:

@@ -1,0 +1,61 @@
+"""``usage.prompt_tokens_details.cached_tokens``, through the OpenAI client: the prompt tokens whose KV
+came from the prefix cache, on whole and streamed answers, 0 with prefix caching off (OpenAI's field,
+on every response)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from forge.config import compose_config
+from forge.server.app import app_from_config
+from forge.server.background import BackgroundServer
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 4  # 180 bytes: 11 full blocks of 16 tokens
+
+
+def start(caching: bool) -> BackgroundServer:
+    cfg = compose_config(["model=tiny", f"kvcache.enable_prefix_caching={str(caching).lower()}"])
+    app, _ = app_from_config(cfg, "tiny")
+    return BackgroundServer(app).start()
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["caching", "no-caching"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[openai.OpenAI, bool]]:
+    server = start(request.param)
+    try:
+        yield openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0), request.param
+    finally:
+        server.stop()
+
+
+def cached(usage: object) -> int:
+    details = getattr(usage, "prompt_tokens_details", None)
+    assert details is not None, usage
+    return int(details.cached_tokens)
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens(served: tuple[openai.OpenAI, bool]) -> None:
+    client, caching = served
+    first = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3)
+    again = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3)
+    assert first.usage is not None and again.usage is not None
+    assert cached(first.usage) == 0
+    n = again.usage.prompt_tokens
+    # the full blocks of the prompt, less the last token (its logits must be computed)
+    assert cached(again.usage) == (((n - 1) // 16) * 16 if caching else 0), again.usage
+
+
+def test_chat_and_streamed_usage_carry_it(served: tuple[openai.OpenAI, bool]) -> None:
+    client, caching = served
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT + "chat"}]
+    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=2)
+    stream = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=2, stream=True, stream_options={"include_usage": True}
+    )
+    last = [chunk for chunk in stream][-1]
+    assert whole.usage is not None and last.usage is not None
+    assert cached(whole.usage) == 0
+    assert (cached(last.usage) > 0) is caching and cached(last.usage) < last.usage.prompt_tokens, last.usage
