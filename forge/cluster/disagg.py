@@ -33,8 +33,8 @@ from forge.cluster.loop import ReplicaPool
 from forge.cluster.spec import Link
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request
-from forge.engine.engine import progress_bar
 from forge.engine.gc_pause import rare_gc
+from forge.engine.progress import progress_bar
 from forge.sim.clock import SimulatedClock
 
 HANDOFF, KV_ARRIVAL = 0, 1

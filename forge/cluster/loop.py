@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from forge.cluster.view import EngineView
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request
-from forge.engine.engine import Engine, progress_bar
+from forge.engine.engine import Engine
 from forge.engine.gc_pause import rare_gc
+from forge.engine.progress import progress_bar
 from forge.routers.base import Router, reads_replicas
 
 

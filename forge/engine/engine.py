@@ -7,14 +7,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from typing import Protocol
 
 from forge.core.decode_run import DecodeRun
 from forge.core.fast_paths import declares_fast_paths, plain_components
 from forge.core.outputs import RequestOutput, SchedulerOutput, stopped_output
 from forge.core.request import Request
 from forge.engine.gc_pause import rare_gc
+from forge.engine.progress import progress_bar
 from forge.engine.runner_base import Runner
 from forge.engine.speculator import Speculator
 from forge.kvcache.base import KVUsage
@@ -30,27 +29,6 @@ from forge.tokenizers.base import Tokenizer
 log = logging.getLogger("forge.engine.engine")
 
 MAX_RUN_STEPS = 256  # the most steps one ``DecodeRun`` takes
-
-
-class _Progress(Protocol):
-    def update(self, n: int) -> object: ...
-
-
-class _NoBar:
-    """A progress bar that shows nothing."""
-
-    def update(self, n: int) -> None:
-        pass
-
-
-def progress_bar(total: int, enabled: bool) -> AbstractContextManager[_Progress]:
-    """A tqdm bar over ``total`` requests, or (tqdm not even imported) one that shows nothing."""
-    if not enabled:
-        return nullcontext(_NoBar())
-    from tqdm import tqdm
-
-    bar: AbstractContextManager[_Progress] = tqdm(total=total, unit="req", desc="forge")
-    return bar
 
 
 class EngineDeadError(RuntimeError):
