@@ -77,8 +77,9 @@ def interpretation(ratios: pd.DataFrame, rows: pd.DataFrame, fit: dict[str, Any]
         out.append(
             f"prefix_aware split the requests {split['real']['prefix_aware']} measured and "
             f"{split['sim']['prefix_aware']} simulated: a prompt whose prefix no backend holds goes "
-            "to the lowest KV usage, which the gateway reads from each backend's `/metrics` every 2 s (ties: the "
-            "first backend), where the simulator reads each replica's KV usage at the arrival itself."
+            "to the lowest KV usage (ties: the first backend), which the simulator reads from each replica at the "
+            "arrival itself and the gateway estimates from each backend's last `/metrics` poll (every 2 s) and the "
+            "prompt tokens it sent there since (`forge.gateway.load`)."
         )
     return [
         *out,

@@ -225,3 +225,5 @@ def test_metrics_have_vllm_names(server: BackgroundServer) -> None:
         assert f"forge:{name}" in text, name
     m = re.search(r'forge:generation_tokens_total\{model_name="tiny"\} ([0-9.]+)', text)
     assert m and float(m.group(1)) > 0
+    info = re.search(r'forge:cache_config_info\{block_size="(\d+)",model_name="tiny",num_gpu_blocks="(\d+)"\} 1', text)
+    assert info and int(info.group(1)) > 0 and int(info.group(2)) > 0, text  # the KV cache's size, as vLLM's

@@ -8,11 +8,13 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from forge.core.request import Request
+from forge.gateway.load import LoadBook, Polled
 from forge.gateway.prefixes import PrefixRecord
 
 log = logging.getLogger("forge.gateway")
@@ -39,21 +41,36 @@ def check_url(url: str) -> str:
 class Backend:
     url: str
     up: bool = True
-    running: int = 0  # from its /metrics, at the last check
-    waiting: int = 0
-    kv_usage: float = 0.0
-    outstanding: int = 0  # the gateway's requests in flight there
-    outstanding_tokens: int = 0
+    book: LoadBook = field(default_factory=LoadBook)  # its polled figures and the gateway's requests there
     prefixes: PrefixRecord = field(default_factory=PrefixRecord)
     checked_at: float = 0.0
 
+    def row(self) -> dict[str, Any]:
+        """Its state for ``GET /gateway/backends``: the polled figures and the estimate now."""
+        book, load = self.book, self.book.load()
+        return {
+            "url": self.url,
+            "up": self.up,
+            "outstanding": book.outstanding,
+            "running": book.polled.running,
+            "waiting": book.polled.waiting,
+            "kv_usage": book.polled.kv_usage,
+            "kv_capacity_tokens": book.polled.kv_capacity_tokens,
+            "polls": book.polls_answered,
+            "estimated": {"running": load.running, "waiting": load.waiting, "kv_usage": load.kv_usage},
+        }
+
 
 class BackendView:
-    """A backend as a router's ``ReplicaView``; ``index`` is its position among the backends offered."""
+    """A backend as a router's ``ReplicaView``; ``index`` is its position among the backends offered.
+    ``num_running``, ``num_waiting`` and ``kv_usage`` are ``LoadBook.load()``'s estimate (the last
+    poll's figures and the gateway's requests since); ``num_outstanding`` and ``outstanding_tokens``
+    count the gateway's own requests in flight there."""
 
     def __init__(self, backend: Backend, index: int) -> None:
         self._b = backend
         self._index = index
+        self._load = backend.book.load()
 
     @property
     def index(self) -> int:
@@ -61,52 +78,60 @@ class BackendView:
 
     @property
     def num_waiting(self) -> int:
-        return self._b.waiting
+        return self._load.waiting
 
     @property
     def num_running(self) -> int:
-        return self._b.running
+        return self._load.running
 
     @property
     def num_outstanding(self) -> int:
-        return self._b.outstanding
+        return self._b.book.outstanding
 
     @property
     def outstanding_tokens(self) -> int:
-        return self._b.outstanding_tokens
+        return self._b.book.outstanding_tokens
 
     @property
     def kv_usage(self) -> float:
-        return self._b.kv_usage
+        return self._load.kv_usage
 
     def prefix_match(self, request: Request) -> int:
         return self._b.prefixes.match(request.prompt_token_ids)
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """The gauges routers read, from a forge server's Prometheus text."""
-    out: dict[str, float] = {}
+def parse_metrics(text: str) -> Polled | None:
+    """The figures routers read, from a forge server's Prometheus text; None without the load gauges."""
+    found: dict[str, float] = {}
     for key, name in _GAUGES.items():
         m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([-+0-9.eEinfa]+)$", text, re.MULTILINE)
         if m:
-            out[key] = float(m.group(1))
-    return out
+            found[key] = float(m.group(1))
+    if len(found) < len(_GAUGES):
+        return None
+    info = re.search(r"^forge:cache_config_info\{([^}]*)\} ", text, re.MULTILINE)
+    labels = dict(re.findall(r'(\w+)="(\d+)"', info.group(1))) if info else {}
+    capacity = int(labels.get("block_size", 0)) * int(labels.get("num_gpu_blocks", 0))
+    return Polled(int(found["running"]), int(found["waiting"]), found["kv_usage"], capacity)
 
 
 async def check(client: httpx.AsyncClient, backend: Backend, timeout_s: float) -> None:
-    """Health and load of one backend: down when /health does not answer 200 in time."""
+    """Health and load of one backend: down when /health does not answer 200 in time. The figures are
+    taken only from a /metrics that has them all; else the estimate goes on from the last ones."""
+    number = backend.book.poll_begun()
+    polled = None
     try:
         health = await client.get(f"{backend.url}/health", timeout=timeout_s)
         up = health.status_code == 200
-        gauges = parse_metrics((await client.get(f"{backend.url}/metrics", timeout=timeout_s)).text) if up else {}
+        if up:
+            polled = parse_metrics((await client.get(f"{backend.url}/metrics", timeout=timeout_s)).text)
     except httpx.HTTPError:
-        up, gauges = False, {}
+        up = False
     if up != backend.up:
         log.warning("backend %s is %s", backend.url, "up again" if up else "down")
     backend.up = up
-    backend.running = int(gauges.get("running", backend.running))
-    backend.waiting = int(gauges.get("waiting", backend.waiting))
-    backend.kv_usage = float(gauges.get("kv_usage", backend.kv_usage))
+    if polled is not None:
+        backend.book.poll_answered(number, polled)
     backend.checked_at = time.monotonic()
 
 

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from forge.gateway.backends import Backend, BackendView, health_loop
+from forge.gateway.load import Cost, LoadBook, Ticket
 from forge.gateway.routing import routing_request
 from forge.routers.base import Router
 
@@ -72,18 +73,19 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.ids = itertools.count()
 
-    def choose(self, path: str, body: dict[str, Any], exclude: set[int]) -> tuple[int, int] | None:
-        """(backend position, tokens counted for it), or None when no backend is up."""
+    def choose(self, path: str, body: dict[str, Any], exclude: set[int]) -> tuple[int, Cost] | None:
+        """(backend position, what the request is counted as there), or None when no backend is up."""
         offered = [i for i, b in enumerate(self.backends) if b.up and i not in exclude]
         if not offered:
             return None
-        request, tokens = routing_request(f"gw-{next(self.ids)}", path, body)
+        routed = routing_request(f"gw-{next(self.ids)}", path, body)
         t0 = time.perf_counter()
-        pick = self.router.route(request, [BackendView(self.backends[i], k) for k, i in enumerate(offered)])
+        pick = self.router.route(routed.request, [BackendView(self.backends[i], k) for k, i in enumerate(offered)])
         self.metrics.decision.observe(time.perf_counter() - t0)
-        chosen = offered[pick]
-        self.backends[chosen].prefixes.add(request.prompt_token_ids)
-        return chosen, tokens
+        chosen = self.backends[offered[pick]]
+        cost = routed.cost(chosen.prefixes.match(routed.request.prompt_token_ids))
+        chosen.prefixes.add(routed.request.prompt_token_ids)
+        return offered[pick], cost
 
     def authorised(self, request: Request) -> bool:
         if not self.settings.api_keys:
@@ -147,12 +149,13 @@ async def send(
         choice = gateway.choose(path, body, tried)
         if choice is None:
             return error(503, "no backend is up", "service_unavailable")
-        index, tokens = choice
+        index, cost = choice
         backend = gateway.backends[index]
         gateway.metrics.requests.labels(backend.url).inc()
         upstream = client.build_request("POST", backend.url + path, content=raw, headers=gateway.headers(request))
+        ticket = backend.book.send(cost)  # counted from now: a backend answers a non-streamed request at its end
         try:
-            response = await client.send(upstream, stream=True)
+            response = await _open(client, upstream, backend.book, ticket)
         except httpx.HTTPError:
             backend.up = False  # until a health check finds it answering
             gateway.metrics.failures.labels(backend.url).inc()
@@ -161,18 +164,26 @@ async def send(
                 gateway.metrics.retries.inc()
             continue
         if response.status_code >= 500 and attempt == 0:
+            backend.book.done(ticket)
             await response.aclose()
             gateway.metrics.failures.labels(backend.url).inc()
             gateway.metrics.retries.inc()
             tried.add(index)
             continue
-        return _passthrough(backend, response, tokens)
+        return _passthrough(backend, response, ticket)
     return error(502, "the backends tried did not answer", "bad_gateway")
 
 
-def _passthrough(backend: Backend, response: httpx.Response, tokens: int) -> StreamingResponse:
-    backend.outstanding += 1
-    backend.outstanding_tokens += tokens
+async def _open(client: httpx.AsyncClient, upstream: httpx.Request, book: LoadBook, ticket: Ticket) -> httpx.Response:
+    """The backend's answer to ``upstream`` (its headers); ``ticket`` handed back to ``book`` if it fails."""
+    try:
+        return await client.send(upstream, stream=True)
+    except BaseException:
+        book.done(ticket)
+        raise
+
+
+def _passthrough(backend: Backend, response: httpx.Response, ticket: Ticket) -> StreamingResponse:
     streaming = response.headers.get("content-type", "").startswith("text/event-stream")
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -191,8 +202,7 @@ def _passthrough(backend: Backend, response: httpx.Response, tokens: int) -> Str
                 }
                 yield f"data: {json.dumps(err)}\n\ndata: [DONE]\n\n".encode()
         finally:
-            backend.outstanding -= 1
-            backend.outstanding_tokens -= tokens
+            backend.book.done(ticket)
             await response.aclose()  # a client that went away: the backend sees its connection close
 
     headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_HEADERS | {"content-encoding"}}
@@ -232,17 +242,7 @@ def _metrics(gateway: Gateway) -> Handler:
 
 def _backends(gateway: Gateway) -> Handler:
     async def backends() -> Response:
-        rows = [
-            {
-                "url": b.url,
-                "up": b.up,
-                "outstanding": b.outstanding,
-                "running": b.running,
-                "waiting": b.waiting,
-                "kv_usage": b.kv_usage,
-            }
-            for b in gateway.backends
-        ]
+        rows = [b.row() for b in gateway.backends]
         return JSONResponse({"router": type(gateway.router).__name__, "backends": rows})
 
     return backends

@@ -1,15 +1,17 @@
 """What a router is given for an HTTP request: a ``Request`` whose prompt "tokens" are the bytes of
-the prompt's text (token ids as given), and the gateway's estimate of the tokens it will cost."""
+the prompt's text (token ids as given), and the gateway's estimate of what it will cost a backend."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
+from forge.gateway.load import Cost
 
-BYTES_PER_TOKEN = 4  # the estimate of outstanding tokens: a prompt's bytes / 4 + its max_tokens
+BYTES_PER_TOKEN = 4  # the gateway has no tokenizer: a text prompt's tokens are estimated as its bytes / 4
 DEFAULT_MAX_TOKENS = 256
 
 
@@ -20,18 +22,38 @@ def prompt_units(path: str, body: dict[str, Any]) -> list[int]:
         text = json.dumps(body.get("messages", []), ensure_ascii=False, separators=(",", ":"))
         return list(text.encode()) or [0]
     prompt = body.get("prompt", body.get("input", ""))
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return [int(t) for t in prompt] or [0]
+    if _token_ids(prompt):
+        return [int(t) for t in prompt]
     if isinstance(prompt, list):
         prompt = "\n".join(p if isinstance(p, str) else json.dumps(p) for p in prompt)
     return list(str(prompt).encode()) or [0]
 
 
-def routing_request(request_id: str, path: str, body: dict[str, Any]) -> tuple[Request, int]:
-    """The ``Request`` a router sees and the tokens the gateway counts as outstanding for it."""
+def _token_ids(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A request as the gateway routes it: the ``Request`` a router sees, and what its cost is made of."""
+
+    request: Request
+    units_per_token: int  # routing units per model token: 1 for token ids, BYTES_PER_TOKEN for text
+    max_tokens: int
+
+    def cost(self, matched_units: int) -> Cost:
+        """Its cost on a backend that holds ``matched_units`` of its prompt (by the gateway's record)."""
+        new_units = max(0, self.request.num_prompt_tokens - matched_units)
+        new_tokens = -(-new_units // self.units_per_token)
+        return Cost(tokens=new_tokens + self.max_tokens, kv_tokens=new_tokens)
+
+
+def routing_request(request_id: str, path: str, body: dict[str, Any]) -> Routed:
+    """The ``Request`` a router sees, with what the gateway needs to count it on the backend it picks."""
     units = prompt_units(path, body)
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     if not isinstance(max_tokens, int) or max_tokens < 1:
         max_tokens = DEFAULT_MAX_TOKENS
     request = Request(request_id, units, SamplingParams(max_tokens=max_tokens), expected_output_len=max_tokens)
-    return request, len(units) // BYTES_PER_TOKEN + max_tokens
+    ids = not path.endswith("/chat/completions") and _token_ids(body.get("prompt", body.get("input", "")))
+    return Routed(request, 1 if ids else BYTES_PER_TOKEN, max_tokens)

@@ -22,7 +22,14 @@ class ReplicaView(Protocol):
     - ``prefix_match(request)``: tokens of ``request``'s prompt its prefix cache holds now (0 without
       prefix caching); a pure query, it takes no references.
 
-    Every member is a query; nothing a router does through a view changes a replica."""
+    Every member is a query; nothing a router does through a view changes a replica.
+
+    The simulator's views (``forge.cluster``) are exact. Behind ``forge route`` (``forge.gateway``) a
+    replica is a server the gateway polls, and its views are estimates: ``num_waiting``,
+    ``num_running`` and ``kv_usage`` are the last poll of its ``/metrics`` plus the requests the gateway
+    sent or saw finish since (``forge.gateway.load``); ``num_outstanding`` and ``outstanding_tokens``
+    count the gateway's own requests in flight there; ``prefix_match`` reads the gateway's record of
+    the prompts it sent there."""
 
     @property
     def index(self) -> int: ...

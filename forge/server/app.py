@@ -71,7 +71,7 @@ def server_state(
     engine: Engine, settings: ServerSettings, compiler: CompilePool | None, name: str, limits: EngineLimits
 ) -> ServerState:
     metrics = ServerMetrics(name)
-    metrics.ensure_labels()
+    metrics.ensure_labels(engine.scheduler.kv.block_size, engine.scheduler.kv.num_blocks)
     builder = RequestBuilder(
         engine.tokenizer,
         limits,

@@ -38,6 +38,12 @@ class ServerMetrics:
         self.running = gauge("num_requests_running", "Requests in the running batch.")
         self.waiting = gauge("num_requests_waiting", "Requests waiting to be scheduled.")
         self.kv_usage = gauge("kv_cache_usage_perc", "KV-cache usage (1 = full).")
+        self.cache_config = Gauge(
+            "forge:cache_config_info",
+            "The KV cache's size (vLLM's cache_config_info): its block_size and num_gpu_blocks labels; value 1.",
+            [*labels, "block_size", "num_gpu_blocks"],
+            registry=r,
+        )
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens received.")
         self.generation_tokens = counter("generation_tokens", "Tokens generated.")
         self.preemptions = counter("num_preemptions", "Preemptions.")
@@ -81,9 +87,10 @@ class ServerMetrics:
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
 
-    def ensure_labels(self) -> None:
-        """Zero-valued series exist from the start (dashboards see 0, not nothing)."""
+    def ensure_labels(self, block_size: int, num_blocks: int) -> None:
+        """Zero-valued series exist from the start (dashboards see 0, not nothing); the cache's size is set."""
         m = self.model_name
+        self.cache_config.labels(m, str(block_size), str(num_blocks)).set(1)
         for c in (self.prompt_tokens, self.generation_tokens, self.preemptions, self.prefix_queries, self.prefix_hits):
             c.labels(m)
         for c in (self.spec_drafts, self.spec_draft_tokens, self.spec_accepted):
