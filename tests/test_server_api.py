@@ -203,6 +203,8 @@ def test_disconnect_aborts_and_frees_blocks(server: BackgroundServer) -> None:
 
 
 def test_metrics_have_vllm_names(server: BackgroundServer) -> None:
+    done = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 2})
+    assert done.status_code == 200, done.text  # (a request first: histograms show buckets once observed)
     text = httpx.get(server.url + "/metrics").text
     for name in (
         "num_requests_running",
