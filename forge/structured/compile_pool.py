@@ -156,7 +156,7 @@ class CompilePool:
         for _ in range(self.limits.workers):
             self._threads.submit(self._warm)
         for spec in precompile:
-            self._single_flight(spec, self.limits.timeout_s * PRECOMPILE_BUDGET).add_done_callback(_log_failure)
+            self._single_flight(spec, self.limits.timeout_s * PRECOMPILE_BUDGET).add_done_callback(self._log_failure)
 
     def _single_flight(self, spec: ConstraintSpec, timeout_s: float) -> Future[Grammar]:
         """The compile of ``spec`` in flight, or a new one (forgotten when it ends)."""
@@ -302,6 +302,11 @@ class CompilePool:
         with self._lock:
             return sum(w.process.poll() is None for w in self._live)
 
+    def _log_failure(self, job: Future[Grammar]) -> None:
+        """A precompile's failure, logged; not one the pool's ``close`` caused (its compiles in flight fail)."""
+        if not self._closed and not job.cancelled() and job.exception() is not None:
+            log.warning("precompile failed: %s", job.exception())
+
     def close(self) -> None:
         """Kill the workers; compiles in flight fail."""
         self._closed = True
@@ -311,11 +316,6 @@ class CompilePool:
             self._live.clear()
         for worker in workers:
             worker.kill()
-
-
-def _log_failure(job: Future[Grammar]) -> None:
-    if not job.cancelled() and job.exception() is not None:
-        log.warning("precompile failed: %s", job.exception())
 
 
 if __name__ == "__main__":
