@@ -169,3 +169,19 @@ def test_a_non_streamed_request_counts_as_outstanding_from_its_send() -> None:
         assert [(r["outstanding"], r["estimated"]["waiting"], r["estimated"]["kv_usage"]) for r in rows] == [
             (0, 0, 0.0)
         ] * 3
+
+
+def test_a_request_whose_client_left_before_the_backend_answered_is_uncounted() -> None:
+    """A client that gives up while the backend has not answered yet (a non-streamed completion is answered
+    at its end): once the backend answers, the gateway uncounts the request (no count leaks)."""
+    with frozen_gateway("round_robin") as (url, fakes):
+        body = {"model": "fake", "prompt": "hello", "max_tokens": 8}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/completions", json=body, timeout=0.5)
+        assert [r["outstanding"] for r in httpx.get(f"{url}/gateway/backends").json()["backends"]] == [1, 0, 0]
+        fakes[0].release()
+        deadline = time.monotonic() + 10
+        while (rows := httpx.get(f"{url}/gateway/backends").json()["backends"])[0]["outstanding"] != 0:
+            assert time.monotonic() < deadline, f"the abandoned request is still counted: {rows}"
+            time.sleep(0.05)
+        assert rows[0]["estimated"]["waiting"] == 0, rows
