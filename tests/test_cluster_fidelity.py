@@ -59,6 +59,23 @@ def test_forge_against_its_own_metrics_is_one_and_against_half_is_two(tmp_path: 
     assert "| same.csv | 1 | round_robin | 12 | 1.00 |" in md
 
 
+def test_each_row_names_the_attention_profile_vidur_ran_with(tmp_path: Path) -> None:
+    measured, computed = tmp_path / "measured.csv", tmp_path / "computed.csv"
+    write_reference(measured, n=4)
+    write_reference(computed, n=4)
+    meta = json.loads(computed.with_suffix(".json").read_text())
+    meta["attention_profile"] = {"label": "computed", "sha256": "c8d8e33c3661" + "0" * 52, "origin": "forge"}
+    computed.with_suffix(".json").write_text(json.dumps(meta))
+    assert cf.compare(measured)["attention"] == "unrecorded"
+    assert cf.compare(computed)["attention"] == "computed c8d8e33c3661"
+    cf.main([str(measured), "--out", str(tmp_path / "a")])
+    assert "computed from forge's own cost model" not in (tmp_path / "a" / "fidelity.md").read_text()
+    cf.main([str(measured), str(computed), "--out", str(tmp_path / "b")])
+    md = (tmp_path / "b" / "fidelity.md").read_text()
+    assert "attention costs are forge's on both sides" in md
+    assert "| 1.00 | 1.00 | nan | computed c8d8e33c3661 |" in md
+
+
 def test_requests_are_matched_by_id_not_by_row_order(tmp_path: Path) -> None:
     path = tmp_path / "ref.csv"
     write_reference(path)
