@@ -83,8 +83,9 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
     """forge's per-request columns for one run (``request_id``, ``ttft``, ``tpot``, ``e2e``, ``replica`` if any)."""
     from hydra.errors import HydraException
 
+    from forge.cluster.run import build_cluster
     from forge.config import ConfigError, compose_config
-    from forge.engine.build import build_engine, workload_requests
+    from forge.engine.build import workload_requests
 
     try:
         cfg = compose_config(overrides)
@@ -93,10 +94,12 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
             first = str(err).splitlines()[0]
             raise SystemExit(f"this forge cannot run the reference's replicas (issue 32's cluster): {first}") from err
         raise
-    engine = build_engine(cfg)
-    engine.run(workload_requests(cfg, engine))
-    cols = engine.recorder.request_columns()
-    return {k: np.asarray(v) for k, v in cols.items() if k in ("request_id", "ttft", "tpot", "e2e", "replica")}
+    cluster = build_cluster(cfg)  # one replica: the engine alone (forge.main.run_offline's path)
+    try:
+        frame = cluster.run(workload_requests(cfg, cluster.first), False).requests
+    finally:
+        cluster.close()
+    return {k: frame[k].to_numpy() for k in ("request_id", "ttft", "tpot", "e2e", "replica") if k in frame}
 
 
 def ratios(forge: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
