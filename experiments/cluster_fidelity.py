@@ -8,7 +8,13 @@ blocks, no chunked prefill) and tables forge ÷ Vidur of the mean and p90 of eac
 
 A reference of N > 1 replicas runs forge with ``cluster.replicas=N`` and the router named in
 ``ROUTERS`` (Vidur's ``round_robin`` -> forge's ``round_robin``, ``lor`` -> ``vidur_lor``): forge's
-cluster feature (issue 32). A forge without it refuses the override, and the run says so in one line."""
+cluster feature (issue 32). A forge without it refuses the override, and the run says so in one line.
+
+Each row names the attention profile Vidur ran with (``attention``: ``measured`` or ``computed`` and the
+first 12 hex digits of its sha256, from the reference's JSON; ``unrecorded`` for a reference exported
+before the label existed). With ``computed`` (``benchmarks/vidur_attention_profile.py``) Vidur charges
+forge's own attention costs: the ratios then check forge's cluster layer, scheduling and dense layer
+against Vidur's, not forge's attention against Vidur's measurements."""
 
 from __future__ import annotations
 
@@ -57,6 +63,15 @@ def vidur_setup(path: Path) -> tuple[int, str]:
     return int(flags.get("cluster_config_num_replicas", 1)), flags.get("global_scheduler_config_type", "round_robin")
 
 
+def attention_label(path: Path) -> str:
+    """The attention profile of the Vidur run (``attention_profile`` in the JSON beside the CSV)."""
+    meta = path.with_suffix(".json")
+    profile = json.loads(meta.read_text()).get("attention_profile") if meta.is_file() else None
+    if not profile:
+        return "unrecorded"
+    return f"{profile['label']} {profile['sha256'][:12]}"
+
+
 def forge_overrides(path: Path, replicas: int, router: str) -> list[str]:
     if router not in ROUTERS:
         raise ValueError(f"{path}: Vidur's global scheduler {router!r} has no forge router (known: {sorted(ROUTERS)})")
@@ -68,8 +83,9 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
     """forge's per-request columns for one run (``request_id``, ``ttft``, ``tpot``, ``e2e``, ``replica`` if any)."""
     from hydra.errors import HydraException
 
+    from forge.cluster.run import build_cluster
     from forge.config import ConfigError, compose_config
-    from forge.engine.build import build_engine, workload_requests
+    from forge.engine.build import workload_requests
 
     try:
         cfg = compose_config(overrides)
@@ -78,10 +94,12 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
             first = str(err).splitlines()[0]
             raise SystemExit(f"this forge cannot run the reference's replicas (issue 32's cluster): {first}") from err
         raise
-    engine = build_engine(cfg)
-    engine.run(workload_requests(cfg, engine))
-    cols = engine.recorder.request_columns()
-    return {k: np.asarray(v) for k, v in cols.items() if k in ("request_id", "ttft", "tpot", "e2e", "replica")}
+    cluster = build_cluster(cfg)  # one replica: the engine alone (forge.main.run_offline's path)
+    try:
+        frame = cluster.run(workload_requests(cfg, cluster.first), False).requests
+    finally:
+        cluster.close()
+    return {k: frame[k].to_numpy() for k in ("request_id", "ttft", "tpot", "e2e", "replica") if k in frame}
 
 
 def ratios(forge: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
@@ -103,7 +121,8 @@ def compare(path: Path) -> dict[str, Any]:
     ref = read_reference(path)
     replicas, router = vidur_setup(path)
     res = ratios(simulate(forge_overrides(path, replicas, router)), ref)
-    return {"reference": path.name, "replicas": replicas, "router": router, "requests": len(ref["request_id"]), **res}
+    row = {"reference": path.name, "replicas": replicas, "router": router, "requests": len(ref["request_id"]), **res}
+    return row | {"attention": attention_label(path)}
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
@@ -115,12 +134,23 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     cols = [f"{s}_{m}" for m in METRICS for s in ("mean", "p90")]
     off = (df[cols] - 1).abs()
     prov = provenance() | {"command": "python -m experiments.cluster_fidelity " + " ".join(sys.argv[1:])}
+    computed = [
+        "Vidur ran with an attention profile computed from forge's own cost model (attention `computed`): "
+        "attention costs are forge's on both sides, so these ratios check the rest (routing, per-replica "
+        "scheduling and batching, the dense layer against Vidur's measured mlp.csv), not forge's attention.",
+        "",
+    ]
     return [
         *header("forge ÷ Vidur on Vidur's requests", __doc__.split("\n\n")[1], prov),
+        *(computed if df["attention"].str.startswith("computed").any() else []),
         f"{int((off <= 0.10).sum().sum())} of {off.size} metrics within 10% of Vidur's; the furthest is "
         f"{float(off.max().max()):.0%} off.",
         "",
-        table(df, ["reference", "replicas", "router", "requests", *cols, "same_replica"], dict.fromkeys(cols, ".2f")),
+        table(
+            df,
+            ["reference", "replicas", "router", "requests", *cols, "same_replica", "attention"],
+            dict.fromkeys(cols, ".2f"),
+        ),
         "",
     ]
 

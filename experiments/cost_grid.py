@@ -79,7 +79,21 @@ def dense_rows(mlp_csv: Path) -> list[dict[str, Any]]:
     ]
 
 
+def measured_attention(vidur_src: Path) -> None:
+    """Whole steps compare forge with Vidur's measured attention: a checkout set up with forge's own
+    computed profile (``vidur_setup.sh --computed-attention``, labelled in ``ATTENTION_PROFILE``) would
+    compare forge with itself, and is refused in one line."""
+    record = vidur_src / "ATTENTION_PROFILE"
+    label = dict(ln.split("=", 1) for ln in record.read_text().splitlines() if "=" in ln) if record.is_file() else {}
+    if label.get("label") == "computed":
+        raise SystemExit(
+            f"{record}: the attention profile there is forge's computed one, not Vidur's measurements; "
+            "whole steps would compare forge with itself (install the measured attention.csv with vidur_setup.sh)"
+        )
+
+
 def step_rows(vidur_python: str, vidur_src: Path) -> list[dict[str, Any]]:
+    measured_attention(vidur_src)
     grid, m = shapes(), model()
     with tempfile.TemporaryDirectory() as tmp:
         shapes_json, times_json = Path(tmp) / "shapes.json", Path(tmp) / "times.json"

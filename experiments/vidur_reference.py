@@ -15,13 +15,18 @@ row of the CSV holds the request (``arrival_time`` s, ``input_len``, ``output_le
 columns), the ``replica`` Vidur's global scheduler sent it to (recorded from its ``schedule()``) and
 Vidur's per-request metrics in seconds: ``ttft_s`` (its
 prefill_e2e_time), ``e2e_s`` (request_e2e_time) and ``tpot_s`` = (E2E - TTFT) / (output - 1), as forge
-defines TPOT. A JSON beside the CSV records the command line and Vidur's source commit."""
+defines TPOT. A JSON beside the CSV records the command line, Vidur's source commit and the attention
+profile Vidur ran with (``attention_profile``: ``measured``, Vidur's own, or ``computed``, forge's cost
+model's, as ``benchmarks/vidur_setup.sh`` recorded it in ``ATTENTION_PROFILE``, its sha256 checked
+against the file). Vidur caches its trained models and their predictions under ``cache/`` keyed by its
+config and not by the attention file, so each profile gets its own cache directory."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import glob
+import hashlib
 import json
 import os
 import sys
@@ -30,9 +35,25 @@ from pathlib import Path
 from typing import Any
 
 ROUTERS = ("round_robin", "lor", "random")
+ATTENTION = Path("data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/attention.csv")
 
 
-def vidur_args(a: argparse.Namespace, out_dir: str) -> list[str]:
+def attention_profile() -> dict[str, str]:
+    """The attention profile installed in this checkout (``ATTENTION_PROFILE``: label, sha256, origin),
+    checked against the file Vidur will read; exits with one line when it is missing or does not match."""
+    record = Path("ATTENTION_PROFILE")
+    if not ATTENTION.is_file() or not record.is_file():
+        sys.exit("vidur_reference: run it from Vidur's source checkout (benchmarks/vidur_setup.sh lays one out)")
+    meta = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    digest = hashlib.sha256(ATTENTION.read_bytes()).hexdigest()
+    if meta.get("sha256") != digest or meta.get("label") not in ("measured", "computed"):
+        sys.exit(
+            f"vidur_reference: {ATTENTION} (sha256 {digest}) is not the profile {record} names; rerun vidur_setup.sh"
+        )
+    return meta
+
+
+def vidur_args(a: argparse.Namespace, out_dir: str, cache_dir: str) -> list[str]:
     """Vidur's command-line flags for this run (vidur.config.SimulationConfig.create_from_cli_args)."""
     return [
         f"--seed={a.seed}",
@@ -54,6 +75,7 @@ def vidur_args(a: argparse.Namespace, out_dir: str) -> list[str]:
         f"--poisson_request_interval_generator_config_qps={a.qps}",
         f"--poisson_request_interval_generator_config_seed={a.seed}",
         f"--metrics_config_output_dir={out_dir}",
+        f"--metrics_config_cache_dir={cache_dir}",
         "--metrics_config_store_request_metrics",
         "--no-metrics_config_write_json_trace",
         "--no-metrics_config_enable_chrome_trace",
@@ -125,9 +147,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
     sys.path.insert(0, os.getcwd())  # Vidur's source checkout, not this script's directory
-    if not Path("data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/attention.csv").is_file():
-        sys.exit("vidur_reference: run it from Vidur's source checkout (benchmarks/vidur_setup.sh lays one out)")
-    flags = vidur_args(a, tempfile.mkdtemp(prefix=f"vidur-{a.out.stem}-"))  # Vidur's own output: not in the repo
+    profile = attention_profile()
+    out_dir = tempfile.mkdtemp(prefix=f"vidur-{a.out.stem}-")  # Vidur's own output: not in the repo
+    flags = vidur_args(a, out_dir, f"cache/{profile['label']}-{profile['sha256'][:12]}")
     cpu = os.times()
     requests, replica_of, out_dir = run_vidur(flags)
     after = os.times()
@@ -141,6 +163,7 @@ def main() -> None:
     meta = {
         "vidur_flags": flags,
         "vidur_source_commit": commit,
+        "attention_profile": profile,
         "cpu_s": after.user + after.system - cpu.user - cpu.system,
         "requests": len(table),
     }

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from experiments import cluster_fidelity as cf
@@ -59,6 +60,34 @@ def test_forge_against_its_own_metrics_is_one_and_against_half_is_two(tmp_path: 
     assert "| same.csv | 1 | round_robin | 12 | 1.00 |" in md
 
 
+def test_each_row_names_the_attention_profile_vidur_ran_with(tmp_path: Path) -> None:
+    measured, computed = tmp_path / "measured.csv", tmp_path / "computed.csv"
+    write_reference(measured, n=4)
+    write_reference(computed, n=4)
+    meta = json.loads(computed.with_suffix(".json").read_text())
+    meta["attention_profile"] = {"label": "computed", "sha256": "c8d8e33c3661" + "0" * 52, "origin": "forge"}
+    computed.with_suffix(".json").write_text(json.dumps(meta))
+    assert cf.compare(measured)["attention"] == "unrecorded"
+    assert cf.compare(computed)["attention"] == "computed c8d8e33c3661"
+    cf.main([str(measured), "--out", str(tmp_path / "a")])
+    assert "computed from forge's own cost model" not in (tmp_path / "a" / "fidelity.md").read_text()
+    cf.main([str(measured), str(computed), "--out", str(tmp_path / "b")])
+    md = (tmp_path / "b" / "fidelity.md").read_text()
+    assert "attention costs are forge's on both sides" in md
+    assert "| 1.00 | 1.00 | 1 | computed c8d8e33c3661 |" in md
+
+
+def test_a_two_replica_reference_runs_on_forges_cluster_behind_round_robin(tmp_path: Path) -> None:
+    path = tmp_path / "rr2.csv"
+    write_reference(path, n=10, replicas=2)
+    df = pd.read_csv(path)
+    df["replica"] = [int(r.removeprefix("req-")) % 2 for r in df.request_id]  # Vidur's round robin, by arrival
+    df.to_csv(path, index=False)
+    row = cf.compare(path)
+    assert (row["replicas"], row["router"], row["same_replica"]) == (2, "round_robin", 1.0)
+    assert row["mean_ttft"] < 1.0  # the single engine's metrics, now spread over two replicas
+
+
 def test_requests_are_matched_by_id_not_by_row_order(tmp_path: Path) -> None:
     path = tmp_path / "ref.csv"
     write_reference(path)
@@ -99,7 +128,7 @@ def test_several_replicas_run_forge_with_its_cluster_and_the_matching_router(tmp
 
 @pytest.mark.skipif(
     not (VIDUR_VENV / "bin" / "python").is_file()
-    or not (VIDUR_SRC / "MIRROR_COMMIT").is_file(),  # written by the setup script once attention.csv checks out
+    or not (VIDUR_SRC / "ATTENTION_PROFILE").is_file(),  # written by the setup script once attention.csv checks out
     reason="Vidur is not laid out here (benchmarks/vidur_setup.sh)",
 )
 def test_vidur_reference_exports_vidur_requests_and_metrics(tmp_path: Path) -> None:
@@ -112,3 +141,5 @@ def test_vidur_reference_exports_vidur_requests_and_metrics(tmp_path: Path) -> N
     assert (np.diff(ref["arrival_time"]) > 0).all() and (ref["input_len"] == 512).all()
     assert (ref["e2e_s"] > ref["ttft_s"]).all()
     assert cf.vidur_setup(out) == (2, "round_robin")
+    installed = dict(line.split("=", 1) for line in (VIDUR_SRC / "ATTENTION_PROFILE").read_text().splitlines())
+    assert cf.attention_label(out) == f"{installed['label']} {installed['sha256'][:12]}"

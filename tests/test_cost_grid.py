@@ -59,3 +59,11 @@ def test_distribution_reports_median_percentiles_and_the_worst_shape() -> None:
 def test_a_missing_vidur_checkout_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="mlp.csv not found"):
         cost_grid.main(["--vidur-src", str(tmp_path), "--out", str(tmp_path / "out")])
+
+
+def test_whole_steps_refuse_a_checkout_with_forges_computed_attention(tmp_path: Path) -> None:
+    (tmp_path / "ATTENTION_PROFILE").write_text("label=computed\nsha256=" + "0" * 64 + "\n")
+    with pytest.raises(SystemExit, match="forge's computed one, not Vidur's measurements"):
+        cost_grid.step_rows("/nonexistent/python", tmp_path)
+    (tmp_path / "ATTENTION_PROFILE").write_text("label=measured\nsha256=" + "0" * 64 + "\n")
+    cost_grid.measured_attention(tmp_path)  # Vidur's own profile: no objection
