@@ -141,7 +141,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         "",
     ]
     return [
-        *header("forge ÷ Vidur on Vidur's requests", __doc__.split("\n\n")[1], prov),
+        *header("forge ÷ Vidur on Vidur's requests", __doc__.split("\n\n")[1], prov, table="fidelity.csv"),
         *(computed if df["attention"].str.startswith("computed").any() else []),
         f"{int((off <= 0.10).sum().sum())} of {off.size} metrics within 10% of Vidur's; the furthest is "
         f"{float(off.max().max()):.0%} off.",
