@@ -154,7 +154,13 @@ def build_app(
     files = FileStore(settings.state_path() / "files")
     batch_store = BatchStore(settings.state_path() / "batches")
     runner = state.batches = BatchRunner(
-        batch_store, files, state.handlers, name, settings.batch_max_in_flight, settings.batch_priority
+        batch_store,
+        files,
+        state.handlers,
+        name,
+        settings.batch_max_in_flight,
+        settings.batch_priority,
+        settings.batch_window_s,
     )
     control = ShutdownControl(state.drain, settings.admin_keys)
     app = FastAPI(title="forge", lifespan=lifespan(state, compiler, runner), responses=ERROR_RESPONSES)

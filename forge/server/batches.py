@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from dataclasses import replace
 from typing import Any
 
-from forge.server.batch_lines import BatchLine, Handler, LineError, error_record, is_success, read_lines, run_line
+from forge.server.batch_finish import end_batch, expired_records
+from forge.server.batch_lines import BatchLine, Handler, LineError, error_record, read_lines, run_line
 from forge.server.batch_store import ACTIVE, Batch, BatchStore, Tally, batch_not_found, errors
-from forge.server.files import BATCH_OUTPUT_PURPOSE, FileStore
+from forge.server.files import FileStore
 from forge.server.owners import Caller
 from forge.server.protocol import APIError, CreateBatchRequest
 from forge.server.store_io import FULL
@@ -53,6 +53,7 @@ class BatchRunner:
         model_name: str,
         max_in_flight: int,
         priority: int,
+        window_s: int = 24 * 3600,
     ) -> None:
         self.store = store
         self.model_name = model_name
@@ -60,6 +61,7 @@ class BatchRunner:
         self.handlers = handlers
         self.max_in_flight = max_in_flight
         self.priority = priority
+        self.window_s = window_s  # completion_window 24h; past expires_at a batch expires
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
@@ -93,7 +95,7 @@ class BatchRunner:
             completion_window=req.completion_window,
             status="validating",
             created_at=now,
-            expires_at=now + 24 * 3600,
+            expires_at=now + self.window_s,
             model=self.model_name,
             metadata=req.metadata,
             owner=caller.owner,
@@ -184,6 +186,8 @@ class BatchRunner:
         """One step of ``batch``'s life (validating, running, finalizing); the loop calls again."""
         if batch.damaged:
             await self._finalize(batch, "failed", batch.errors)
+        elif batch.status in ("validating", "in_progress") and time.time() >= batch.expires_at:
+            await self._finalize(batch, "expired")
         elif batch.status == "cancelling" or batch.id in self._cancelled:
             await self._finalize(batch, "cancelled")
         elif batch.status == "validating":
@@ -271,47 +275,37 @@ class BatchRunner:
         tasks = [asyncio.create_task(w) for w in workers]
         all_done = asyncio.gather(*tasks)
         cancelled = asyncio.create_task(self._cancel_running.wait())
+        expiry = asyncio.create_task(asyncio.sleep(max(0.0, batch.expires_at - time.time())))
         try:
-            waiters: list[asyncio.Future[Any]] = [all_done, cancelled]
+            waiters: list[asyncio.Future[Any]] = [all_done, cancelled, expiry]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if all_done.done():
                 all_done.result()
         finally:  # a cancel aborts the requests in flight: their engine requests end with the tasks
             cancelled.cancel()
+            expiry.cancel()
             all_done.cancel()
-            await asyncio.gather(*tasks, cancelled, return_exceptions=True)
+            await asyncio.gather(*tasks, cancelled, expiry, return_exceptions=True)
             with contextlib.suppress(BaseException):
                 all_done.exception()  # retrieved: no "exception was never retrieved" at shutdown
             self._running = None
 
     async def _finalize(self, batch: Batch, status: str, errs: dict[str, Any] | None = None) -> None:
         """The output and error files from the results so far, then the final status (``failed``
-        with ``errs``), written on a worker thread."""
+        with ``errs``), written on a worker thread; an ``expired`` batch's requests that did not run
+        get ``batch_expired`` records first."""
         numbers = await self._line_numbers(batch)
-        await asyncio.to_thread(self._end, batch.id, status, errs, numbers)
+        if status == "expired":
+            await self._record_expired(batch)
+        await asyncio.to_thread(end_batch, self.store, self.files, batch.id, status, errs, numbers)
         self._cancelled.discard(batch.id)
 
-    def _end(self, batch_id: str, status: str, errs: dict[str, Any] | None, numbers: set[int] | None) -> None:
-        """``_finalize``'s blocking part. When the disk is too full for the files, a failed batch
-        is still marked failed (its results stay in the state dir)."""
-        results = self.store.results(batch_id, numbers)
-        current = self.store.get(batch_id)
-        total = max(current.request_counts.get("total", 0), len(results))
-        ended = replace(current, status=status, request_counts=Tally.of(total, results).counts())
-        try:
-            output, error = self._write_outputs(current, results)
-            ended = replace(ended, output_file_id=output, error_file_id=error)
-        except OSError as exc:
-            if status != "failed" or exc.errno not in FULL:
-                raise
-        now = int(time.time())
-        if status == "completed":
-            ended = replace(ended, completed_at=now)
-        elif status == "cancelled":
-            ended = replace(ended, cancelled_at=now)
-        else:
-            ended = replace(ended, failed_at=now, errors=errs)
-        self.store.save(ended)
+    async def _record_expired(self, batch: Batch) -> None:
+        with contextlib.suppress(APIError, UnicodeDecodeError):  # an unreadable input: no request to name
+            items = await self._lines(batch)
+            done = await asyncio.to_thread(self.store.results, batch.id, {i.line for i in items})
+            records = expired_records(items, set(done))
+            await asyncio.to_thread(self.store.append_results, batch.id, records)
 
     async def _line_numbers(self, batch: Batch) -> set[int] | None:
         """The input's line numbers (None when it cannot be read: every result is then kept)."""
@@ -319,15 +313,3 @@ class BatchRunner:
             return {item.line for item in await self._lines(batch)}
         except (APIError, UnicodeDecodeError):
             return None
-
-    def _write_outputs(self, batch: Batch, results: dict[int, dict[str, Any]]) -> tuple[str | None, str | None]:
-        ok = [results[n] for n in sorted(results) if is_success(results[n])]
-        bad = [results[n] for n in sorted(results) if not is_success(results[n])]
-
-        def write(records: list[dict[str, Any]], kind: str) -> str | None:
-            if not records:
-                return None
-            data = "".join(json.dumps(r) + "\n" for r in records).encode()
-            return self.files.create(f"{batch.id}_{kind}.jsonl", BATCH_OUTPUT_PURPOSE, data, batch.owner).id
-
-        return write(ok, "output"), write(bad, "error")

@@ -52,7 +52,10 @@ class ServerSettings:
     ``batch_max_in_flight``: batch requests the batch runner keeps in the engine at once (the cap
     that keeps interactive latency bounded whatever the scheduler). ``batch_priority``: the
     ``priority`` batch requests carry at least (lower runs first under ``scheduler=priority``;
-    interactive requests default to 0).
+    interactive requests default to 0). ``batch_window_s``: a batch's completion window (``24h``, the only
+    ``completion_window`` OpenAI accepts) in seconds; a batch still validating or in progress past it
+    expires (status ``expired``: the requests that ended keep their results, the rest get
+    ``batch_expired`` records in the error file). Shorter only for tests and demos.
     ``admin_api_keys``: API keys that see and act on every key's files and batches (each key of
     ``api_keys`` sees only its own); they are accepted wherever an API key is. Not the
     ``admin_key`` of ``POST /shutdown``."""
@@ -82,6 +85,7 @@ class ServerSettings:
     state_dir: str | None = None
     batch_max_in_flight: int = 4
     batch_priority: int = 1000
+    batch_window_s: int = 24 * 3600
     admin_key: str | None = field(default=None, repr=False)
     admin_api_keys: list[str] = field(default_factory=list, repr=False)
 
@@ -103,8 +107,11 @@ class ServerSettings:
             raise ValueError(f"server.log_level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
         if self.max_waiting < 1 or self.max_n < 1:
             raise ValueError("server.max_waiting and server.max_n must be >= 1")
-        if self.batch_max_in_flight < 1:
-            raise ValueError(f"server.batch_max_in_flight must be >= 1, got {self.batch_max_in_flight}")
+        if self.batch_max_in_flight < 1 or self.batch_window_s < 1:
+            raise ValueError(
+                f"server.batch_max_in_flight and server.batch_window_s must be >= 1, "
+                f"got {self.batch_max_in_flight} and {self.batch_window_s}"
+            )
         for name in ("max_stop_len", "max_output_units", "max_body_bytes", "max_header_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1, got {getattr(self, name)}")
