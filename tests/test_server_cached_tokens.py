@@ -94,3 +94,17 @@ def test_a_request_preempted_and_recomputed_reports_what_its_first_admission_fou
     preemptions = re.search(r'forge:num_preemptions_total\{model_name="tiny"\} ([0-9.]+)', text)
     assert preemptions and float(preemptions.group(1)) > 0, "no request was preempted: the test tests nothing"
     assert [c["prompt_tokens_details"]["cached_tokens"] for c in counts] == [0] * 6, counts
+
+
+def test_a_beam_search_reports_the_prompts_cached_tokens(served: tuple[openai.OpenAI, bool]) -> None:
+    """A beam search's beams are engine requests of their own; its usage reports the cache hits of its
+    first beam's prompt, as a sampled request's does."""
+    client, caching = served
+    prompt = PROMPT + "beams"
+    client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+    beams = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=3, n=2, extra_body={"use_beam_search": True}
+    )
+    assert beams.usage is not None and len(beams.choices) == 2
+    n = beams.usage.prompt_tokens
+    assert cached(beams.usage) == (((n - 1) // 16) * 16 if caching else 0), beams.usage
