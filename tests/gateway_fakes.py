@@ -1,11 +1,13 @@
 """A fake ``forge serve`` backend for the gateway's tests: it answers ``/health`` and ``/metrics`` (an idle
 server's figures and a KV cache of ``block_size`` × ``num_gpu_blocks`` tokens) and holds every completion
-open until ``release()``, so that a test decides how long a request stays in flight."""
+open until ``release()``, so that a test decides how long a request stays in flight. With ``count_held`` its
+``forge:num_requests_waiting`` is the completions it holds; with ``health_delay_s`` its ``/health`` answers late."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,8 +28,11 @@ forge:cache_config_info{block_size="16",model_name="fake",num_gpu_blocks="64"} 1
 class HeldBackend:
     """A backend on 127.0.0.1 (a uvicorn thread) whose completions end only when ``release()`` is called."""
 
-    def __init__(self) -> None:
+    def __init__(self, health_delay_s: float = 0.0, count_held: bool = False) -> None:
         self.released = threading.Event()
+        self.health_delay_s = health_delay_s
+        self.count_held = count_held
+        self.held = 0
         app = FastAPI()
         app.add_api_route("/health", self._health, methods=["GET"])
         app.add_api_route("/metrics", self._metrics, methods=["GET"])
@@ -56,14 +61,22 @@ class HeldBackend:
         self.thread.join(30)
 
     async def _health(self) -> Response:
+        await asyncio.sleep(self.health_delay_s)
         return Response(status_code=200)
 
     async def _metrics(self) -> Response:
-        return PlainTextResponse(IDLE_METRICS)
+        if not self.count_held:
+            return PlainTextResponse(IDLE_METRICS)
+        waiting = f'forge:num_requests_waiting{{model_name="fake"}} {float(self.held)}'
+        return PlainTextResponse(re.sub(r"^forge:num_requests_waiting.*$", waiting, IDLE_METRICS, flags=re.M))
 
     async def _held(self) -> None:
-        while not self.released.is_set():
-            await asyncio.sleep(0.02)
+        self.held += 1
+        try:
+            while not self.released.is_set():
+                await asyncio.sleep(0.02)
+        finally:
+            self.held -= 1
 
     async def _complete(self, request: Request) -> Response:
         body = await request.json()

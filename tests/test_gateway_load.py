@@ -185,3 +185,20 @@ def test_a_request_whose_client_left_before_the_backend_answered_is_uncounted() 
             assert time.monotonic() < deadline, f"the abandoned request is still counted: {rows}"
             time.sleep(0.05)
         assert rows[0]["estimated"]["waiting"] == 0, rows
+
+
+def test_a_request_sent_before_the_poll_reads_metrics_is_counted_once() -> None:
+    """A poll asks /health, then /metrics. A request sent while /health is answering (slowly, here) is
+    in the /metrics figures the poll reads: once the poll answers, it is counted there, not also as
+    a request the poll did not see."""
+    with ExitStack() as stack:
+        fake = HeldBackend(health_delay_s=3.0, count_held=True).start()
+        stack.callback(fake.stop)
+        url = stack.enter_context(gateway(["--health-interval", "600", "--backend", fake.url, "router=round_robin"]))
+        body = {"model": "fake", "prompt": "hello", "max_tokens": 8, "stream": True}
+        r = stack.enter_context(httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30))
+        lines = r.iter_lines()  # (let go of, it would close the stream)
+        assert r.status_code == 200 and next(lines).startswith("data: ")
+        row = polled_once(url)[0]
+        assert row["waiting"] == 1, "the request was not held before the poll read /metrics: the test tests nothing"
+        assert (row["outstanding"], row["estimated"]["waiting"]) == (1, 1), row

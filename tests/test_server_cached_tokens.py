@@ -4,8 +4,12 @@ on every response)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -59,3 +63,48 @@ def test_chat_and_streamed_usage_carry_it(served: tuple[openai.OpenAI, bool]) ->
     assert whole.usage is not None and last.usage is not None
     assert cached(whole.usage) == 0
     assert (cached(last.usage) > 0) is caching and cached(last.usage) < last.usage.prompt_tokens, last.usage
+
+
+def test_a_request_preempted_and_recomputed_reports_what_its_first_admission_found() -> None:
+    """Distinct prompts on a KV cache too small for all of them: requests are preempted (by recompute)
+    and, readmitted, find their own prompt (and output) blocks in the prefix cache. Their usage still
+    reports the cache hits of their first admission, none (vLLM's): never more than the prompt."""
+    cfg = compose_config(["model=tiny", "kvcache.enable_prefix_caching=true", "kvcache.num_blocks=16"])
+    app, _ = app_from_config(cfg, "tiny")
+    server = BackgroundServer(app).start()
+    try:
+
+        def usage(i: int) -> dict[str, Any]:
+            body = {
+                "model": "tiny",
+                "prompt": f"{i:03d} distinct prompt {i} " * 3,
+                "max_tokens": 120,
+                "ignore_eos": True,
+            }
+            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            counts: dict[str, Any] = answer.json()["usage"]
+            return counts
+
+        with ThreadPoolExecutor(6) as pool:
+            counts = list(pool.map(usage, range(6)))
+        text = httpx.get(server.url + "/metrics").text
+    finally:
+        server.stop()
+    preemptions = re.search(r'forge:num_preemptions_total\{model_name="tiny"\} ([0-9.]+)', text)
+    assert preemptions and float(preemptions.group(1)) > 0, "no request was preempted: the test tests nothing"
+    assert [c["prompt_tokens_details"]["cached_tokens"] for c in counts] == [0] * 6, counts
+
+
+def test_a_beam_search_reports_the_prompts_cached_tokens(served: tuple[openai.OpenAI, bool]) -> None:
+    """A beam search's beams are engine requests of their own; its usage reports the cache hits of its
+    first beam's prompt, as a sampled request's does."""
+    client, caching = served
+    prompt = PROMPT + "beams"
+    client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+    beams = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=3, n=2, extra_body={"use_beam_search": True}
+    )
+    assert beams.usage is not None and len(beams.choices) == 2
+    n = beams.usage.prompt_tokens
+    assert cached(beams.usage) == (((n - 1) // 16) * 16 if caching else 0), beams.usage

@@ -32,7 +32,10 @@ def serve(state: Path, *overrides: str) -> BackgroundServer:
     return BackgroundServer(app).start()
 
 
-LOOP_STALL_S = 0.3  # the longest /health may take while a batch's lines are read and checked
+# The longest /health may take while a batch's lines are read and checked. 150k lines read on the loop
+# (planted): worst probe 0.98-1.12 s; off it: 0.11-0.33 s, 2 of 6 runs over 0.3 s (one core shared with a
+# full test run, taskset -c 1, at 9e9f085).
+LOOP_STALL_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +199,8 @@ def test_odd_batch_lines_are_each_answered_on_their_own(store: Store) -> None:
 def test_health_answers_while_a_150k_line_batch_is_validated(store: Store) -> None:
     """Reading, checking and recording 150,000 lines (here all refused, so the engine does no work)
     happens off the event loop: /health answers within ``LOOP_STALL_S`` throughout. (Read on the
-    loop, these lines stall it 0.6-1.2 s on the 2-core dev VM; off it, the worst probe took 0.03 s.)"""
+    loop, these lines stall it 0.6-1.2 s on the 2-core dev VM; off it, the worst probe took 0.03 s unloaded,
+    up to 0.33 s on a core shared with a full test run.)"""
     text = "\n".join(line(f"v{i}", "x", url="/v1/embeddings") for i in range(150_000))
     with HealthProbe(str(store.client.base_url)) as probe:
         done = store.run(text)

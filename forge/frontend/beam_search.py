@@ -157,6 +157,8 @@ class BeamSearchFrontend:
             search = self._owner.get(out.request_id)
             if search is None:
                 continue
+            if search.cached_tokens is None:
+                search.cached_tokens = out.num_cached_tokens
             if out.error is not None or out.finished:
                 finals += self._fail(search, out)
                 continue
@@ -234,6 +236,7 @@ def _results(search: Search) -> list[RequestOutput]:
             list(h.token_ids),
             True,
             "stop" if h.ends_with_eos else "length",
+            num_cached_tokens=search.cached_tokens or 0,
             cumulative_logprob=h.cumulative_logprob,
         )
         for rid, h in zip(ids, results, strict=False)

@@ -50,6 +50,7 @@ class Search:
     finished: list[Hypothesis] = field(default_factory=list)
     rounds: int = 0
     ids: itertools.count[int] = field(default_factory=itertools.count)
+    cached_tokens: int | None = None  # the prompt's prefix-cache hits, as its first beam's first output found them
 
     def new_beam(self, output_token_ids: list[int], cumulative_logprob: float) -> Beam:
         """A beam request: greedy, with the top ``num_candidates`` logprobs, never stopped by the

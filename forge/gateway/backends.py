@@ -117,13 +117,14 @@ def parse_metrics(text: str) -> Polled | None:
 
 async def check(client: httpx.AsyncClient, backend: Backend, timeout_s: float) -> None:
     """Health and load of one backend: down when /health does not answer 200 in time. The figures are
-    taken only from a /metrics that has them all; else the estimate goes on from the last ones."""
-    number = backend.book.poll_begun()
+    taken only from a /metrics that has them all; else the estimate goes on from the last ones. The poll
+    begins as /metrics is asked: a request sent while /health answers is in the figures it reads."""
     polled = None
     try:
         health = await client.get(f"{backend.url}/health", timeout=timeout_s)
         up = health.status_code == 200
         if up:
+            number = backend.book.poll_begun()
             polled = parse_metrics((await client.get(f"{backend.url}/metrics", timeout=timeout_s)).text)
     except httpx.HTTPError:
         up = False

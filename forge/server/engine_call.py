@@ -69,8 +69,8 @@ class Generation:
                 if rid not in self.pending:
                     continue
                 out = self._output(rid, item)
-                if rid in self._heads:
-                    self._cached[self._heads[rid]] = out.num_cached_tokens
+                if rid in self._heads:  # its first output's (readmitted after a preemption, it hits its own blocks)
+                    self._cached.setdefault(self._heads[rid], out.num_cached_tokens)
                 text = self.texts[rid]
                 delta = text.push(out)
                 if delta.finish_reason is not None:
@@ -102,7 +102,8 @@ class Generation:
     @property
     def cached_tokens(self) -> int:
         """Prompt tokens served from the prefix cache so far: each prompt's, as its first request
-        (the one that computes the prompt) reports them."""
+        (the one that computes the prompt) reports them in its first output (vLLM counts a request's
+        first admission; readmitted after a preemption by recompute, it hits its own blocks)."""
         return sum(self._cached.values())
 
     @property
