@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
+from forge.gateway.backends import parse_metrics
 from forge.gateway.load import Cost, LoadBook, Polled
 from forge.gateway.spawn import gateway
-from tests.gateway_fakes import HeldBackend, held_backends
+from tests.gateway_fakes import IDLE_METRICS, HeldBackend, held_backends
 
 CAPACITY = 1000  # KV tokens
 IDLE = Polled(running=0, waiting=0, kv_usage=0.0, kv_capacity_tokens=CAPACITY)
@@ -202,3 +203,12 @@ def test_a_request_sent_before_the_poll_reads_metrics_is_counted_once() -> None:
         row = polled_once(url)[0]
         assert row["waiting"] == 1, "the request was not held before the poll read /metrics: the test tests nothing"
         assert (row["outstanding"], row["estimated"]["waiting"]) == (1, 1), row
+
+
+@pytest.mark.parametrize("bad", ["inf", "nan", "-inf", "fa"])
+def test_a_gauge_that_is_not_a_finite_number_is_missing_not_a_crash(bad: str) -> None:
+    """A backend whose /metrics has ``inf`` or ``nan`` in a load gauge: no figures from that poll (the
+    estimate goes on), rather than an error out of the health loop that checks every backend."""
+    good = parse_metrics(IDLE_METRICS)
+    assert good is not None and good.kv_capacity_tokens == 16 * 64
+    assert parse_metrics(IDLE_METRICS.replace('{model_name="fake"} 0.0', '{model_name="fake"} ' + bad, 1)) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -101,18 +102,28 @@ class BackendView:
 
 
 def parse_metrics(text: str) -> Polled | None:
-    """The figures routers read, from a forge server's Prometheus text; None without the load gauges."""
+    """The figures routers read, from a forge server's Prometheus text; None without the load gauges (a
+    gauge that is not a finite number counts as missing: it must not stop the health loop)."""
     found: dict[str, float] = {}
     for key, name in _GAUGES.items():
         m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([-+0-9.eEinfa]+)$", text, re.MULTILINE)
-        if m:
-            found[key] = float(m.group(1))
+        value = _finite(m.group(1)) if m else None
+        if value is not None:
+            found[key] = value
     if len(found) < len(_GAUGES):
         return None
     info = re.search(r"^forge:cache_config_info\{([^}]*)\} ", text, re.MULTILINE)
     labels = dict(re.findall(r'(\w+)="(\d+)"', info.group(1))) if info else {}
     capacity = int(labels.get("block_size", 0)) * int(labels.get("num_gpu_blocks", 0))
     return Polled(int(found["running"]), int(found["waiting"]), found["kv_usage"], capacity)
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 async def check(client: httpx.AsyncClient, backend: Backend, timeout_s: float) -> None:
