@@ -90,7 +90,7 @@ def report(rows: list[dict[str, Any]], argv: list[str]) -> str:
         f"- commit: {git_commit()}",
         "- each size a fresh `run.py` process; CPU-s = its user + sys (os.wait4), peak RSS = its ru_maxrss",
         "",
-        "| requests | CPU-s | user | sys | peak RSS (MB) | steps | simulated s | load before -> after |",
+        "| requests | CPU-s | user | sys | peak RSS (MiB) | steps | simulated s | load before -> after |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
