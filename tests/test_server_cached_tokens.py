@@ -108,3 +108,30 @@ def test_a_beam_search_reports_the_prompts_cached_tokens(served: tuple[openai.Op
     assert beams.usage is not None and len(beams.choices) == 2
     n = beams.usage.prompt_tokens
     assert cached(beams.usage) == (((n - 1) // 16) * 16 if caching else 0), beams.usage
+
+
+def test_a_request_preempted_during_its_chunked_prefill_reports_its_first_admissions_hits() -> None:
+    """Three distinct 201-token prompts, a 48-token step budget and a 16-block cache: a request whose
+    prompt is part computed is preempted (by recompute) before its first output, and readmitted finds its
+    own computed chunks in the prefix cache. Its usage reports what its first admission found: none."""
+    overrides = ["kvcache.enable_prefix_caching=true", "kvcache.num_blocks=16", "engine.max_num_batched_tokens=48"]
+    app, _ = app_from_config(compose_config(["model=tiny", *overrides]), "tiny")
+    server = BackgroundServer(app).start()
+    try:
+
+        def usage(i: int) -> dict[str, Any]:
+            prompt = (f"{i:03d} a long distinct prompt number {i}; " * 8)[:200]
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "ignore_eos": True}
+            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            counts: dict[str, Any] = answer.json()["usage"]
+            return counts
+
+        with ThreadPoolExecutor(3) as pool:
+            counts = list(pool.map(usage, range(3)))
+        text = httpx.get(server.url + "/metrics").text
+    finally:
+        server.stop()
+    preemptions = re.search(r'forge:num_preemptions_total\{model_name="tiny"\} ([0-9.]+)', text)
+    assert preemptions and float(preemptions.group(1)) > 0, "no request was preempted: the test tests nothing"
+    assert [c["prompt_tokens_details"]["cached_tokens"] for c in counts] == [0] * 3, counts

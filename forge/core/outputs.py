@@ -163,6 +163,9 @@ class RequestOutput:
     embedding: list[float] | None = None
     # a beam search result's sum of its tokens' logprobs (the raw model distribution)
     cumulative_logprob: float | None = None
+    # the prefix-cache hit of the request's first admission (``Request.prompt_cached_tokens``): what the
+    # server reports as usage.prompt_tokens_details.cached_tokens; num_cached_tokens is the latest one's
+    prompt_cached_tokens: int = 0
 
 
 def stopped_output(request: Request, finish_reason: str, error: str | None = None) -> RequestOutput:
@@ -177,4 +180,5 @@ def stopped_output(request: Request, finish_reason: str, error: str | None = Non
         finish_reason=finish_reason,
         num_cached_tokens=request.num_cached_tokens,
         error=error,
+        prompt_cached_tokens=request.prompt_cached_tokens or 0,
     )

@@ -62,7 +62,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0
+    num_cached_tokens: int = 0  # the prefix-cache hit of its latest admission (0 again after a preemption)
+    # the hit of its first admission, never reset: its prompt's cached tokens as a client is told
+    prompt_cached_tokens: int | None = None
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
     constraint: TokenConstraint | None = None

@@ -158,7 +158,7 @@ class BeamSearchFrontend:
             if search is None:
                 continue
             if search.cached_tokens is None:
-                search.cached_tokens = out.num_cached_tokens
+                search.cached_tokens = out.prompt_cached_tokens
             if out.error is not None or out.finished:
                 finals += self._fail(search, out)
                 continue
@@ -238,6 +238,7 @@ def _results(search: Search) -> list[RequestOutput]:
             "stop" if h.ends_with_eos else "length",
             num_cached_tokens=search.cached_tokens or 0,
             cumulative_logprob=h.cumulative_logprob,
+            prompt_cached_tokens=search.cached_tokens or 0,
         )
         for rid, h in zip(ids, results, strict=False)
     ] + missing

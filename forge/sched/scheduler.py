@@ -270,6 +270,8 @@ class Scheduler(StepUpdates, DecodeRunSteps):
                 request.num_computed_tokens = request.num_cached_tokens = 0
                 break
             self.waiting.pop()
+            if request.prompt_cached_tokens is None:
+                request.prompt_cached_tokens = request.num_cached_tokens
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             step.add_chunk(self._scheduled(request, n, known), request)

@@ -51,6 +51,7 @@ class StepOutputs(Sequence[RequestOutput]):
             "",
             request.num_cached_tokens,
             lps[:1] if lps is not None else None,
+            prompt_cached_tokens=request.prompt_cached_tokens or 0,
         )
 
     def with_others(self, extra: list[RequestOutput]) -> StepOutputs:

@@ -116,6 +116,7 @@ class StepUpdates:
                     prompt_ranks=list(request.prompt_ranks)
                     if num_before == 0 and request.prompt_ranks is not None
                     else None,
+                    prompt_cached_tokens=request.prompt_cached_tokens or 0,
                 )
             )
         return outputs, finished

@@ -70,7 +70,7 @@ class Generation:
                     continue
                 out = self._output(rid, item)
                 if rid in self._heads:  # its first output's (readmitted after a preemption, it hits its own blocks)
-                    self._cached.setdefault(self._heads[rid], out.num_cached_tokens)
+                    self._cached.setdefault(self._heads[rid], out.prompt_cached_tokens)
                 text = self.texts[rid]
                 delta = text.push(out)
                 if delta.finish_reason is not None:
