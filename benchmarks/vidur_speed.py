@@ -32,12 +32,22 @@ FORGE_ARGS = [*LIMITS, "clock.hardware=a100", "clock.cost=operators", *fixed(100
 FORGE_ARGS += ["report=false", "progress=false"]
 
 
-def vidur_command(python: str, out_dir: str) -> list[str]:
+def vidur_command(python: str, out_dir: str, cache_dir: str = "cache") -> list[str]:
     from experiments.vidur_reference import vidur_args
 
     spec = argparse.Namespace(seed=42, replicas=1, router="round_robin", num_requests=10000)
     spec.__dict__ |= {"prefill": 512, "decode": 128, "qps": 10.0}
-    return [python, "-m", "vidur.main", *vidur_args(spec, out_dir)]
+    return [python, "-m", "vidur.main", *vidur_args(spec, out_dir, cache_dir)]
+
+
+def cache_dir_of(vidur_src: Path) -> str:
+    """Vidur's model cache for the attention profile installed at ``vidur_src`` (one per profile, as
+    ``experiments/vidur_reference.py`` keeps them: Vidur keys its cache by config, not by profile)."""
+    record = vidur_src / "ATTENTION_PROFILE"
+    if not record.is_file():
+        return "cache"
+    meta = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    return f"cache/{meta.get('label', 'unlabelled')}-{meta.get('sha256', '')[:12]}"
 
 
 def cpu_seconds(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
@@ -51,7 +61,8 @@ def cpu_seconds(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, flo
 
 
 def one_round(vidur_python: str, vidur_src: Path, tmp: Path, n: int) -> dict[str, dict[str, float]]:
-    vidur = cpu_seconds(vidur_command(vidur_python, str(tmp / f"vidur-{n}")), vidur_src, child_env(vidur_src, "cached"))
+    cmd = vidur_command(vidur_python, str(tmp / f"vidur-{n}"), cache_dir_of(vidur_src))
+    vidur = cpu_seconds(cmd, vidur_src, child_env(vidur_src, "cached"))
     forge_cmd = [sys.executable, "run.py", *FORGE_ARGS, f"hydra.run.dir={tmp / f'forge-{n}'}"]
     forge = cpu_seconds(forge_cmd, REPO, child_env(REPO, "cached"))
     return {"vidur": vidur, "forge": forge}

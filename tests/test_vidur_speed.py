@@ -38,3 +38,11 @@ def test_the_report_gives_each_rounds_cpu_load_and_ratio() -> None:
 def test_without_vidur_it_refuses_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no Vidur laid out at"):
         vidur_speed.main(["--vidur-src", str(tmp_path)])
+
+
+def test_vidur_runs_with_the_model_cache_of_the_installed_attention_profile(tmp_path: Path) -> None:
+    assert vidur_speed.cache_dir_of(tmp_path) == "cache"  # a checkout laid out before profiles were labelled
+    (tmp_path / "ATTENTION_PROFILE").write_text("label=computed\nsha256=c8d8e33c366cbb10011267527ad8\norigin=x\n")
+    cache = vidur_speed.cache_dir_of(tmp_path)
+    assert cache == "cache/computed-c8d8e33c366c"
+    assert f"--metrics_config_cache_dir={cache}" in vidur_speed.vidur_command("py", "/tmp/out", cache)
