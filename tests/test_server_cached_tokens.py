@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import httpx
 import openai
@@ -65,35 +64,36 @@ def test_chat_and_streamed_usage_carry_it(served: tuple[openai.OpenAI, bool]) ->
     assert (cached(last.usage) > 0) is caching and cached(last.usage) < last.usage.prompt_tokens, last.usage
 
 
-def test_a_request_preempted_and_recomputed_reports_what_its_first_admission_found() -> None:
-    """Distinct prompts on a KV cache too small for all of them: requests are preempted (by recompute)
-    and, readmitted, find their own prompt (and output) blocks in the prefix cache. Their usage still
-    reports the cache hits of their first admission, none (vLLM's): never more than the prompt."""
-    cfg = compose_config(["model=tiny", "kvcache.enable_prefix_caching=true", "kvcache.num_blocks=16"])
+def preempted_usages(overrides: list[str], prompts: list[str], max_tokens: int) -> list[int]:
+    """Each prompt's ``cached_tokens``, all sent at once (greedy to ``max_tokens``) to a tiny server with
+    prefix caching and ``overrides``; asserts that some request was preempted (else nothing is tested)."""
+    cfg = compose_config(["model=tiny", "kvcache.enable_prefix_caching=true", *overrides])
     app, _ = app_from_config(cfg, "tiny")
     server = BackgroundServer(app).start()
     try:
 
-        def usage(i: int) -> dict[str, Any]:
-            body = {
-                "model": "tiny",
-                "prompt": f"{i:03d} distinct prompt {i} " * 3,
-                "max_tokens": 120,
-                "ignore_eos": True,
-            }
+        def usage(prompt: str) -> int:
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True}
             answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
             assert answer.status_code == 200, answer.text
-            counts: dict[str, Any] = answer.json()["usage"]
-            return counts
+            return int(answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
 
-        with ThreadPoolExecutor(6) as pool:
-            counts = list(pool.map(usage, range(6)))
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            counts = list(pool.map(usage, prompts))
         text = httpx.get(server.url + "/metrics").text
     finally:
         server.stop()
     preemptions = re.search(r'forge:num_preemptions_total\{model_name="tiny"\} ([0-9.]+)', text)
     assert preemptions and float(preemptions.group(1)) > 0, "no request was preempted: the test tests nothing"
-    assert [c["prompt_tokens_details"]["cached_tokens"] for c in counts] == [0] * 6, counts
+    return counts
+
+
+def test_a_request_preempted_and_recomputed_reports_what_its_first_admission_found() -> None:
+    """Distinct prompts on a KV cache too small for all of them: requests are preempted (by recompute)
+    and, readmitted, find their own prompt (and output) blocks in the prefix cache. Their usage still
+    reports the cache hits of their first admission, none (vLLM's): never more than the prompt."""
+    prompts = [f"{i:03d} distinct prompt {i} " * 3 for i in range(6)]
+    assert preempted_usages(["kvcache.num_blocks=16"], prompts, 120) == [0] * 6
 
 
 def test_a_beam_search_reports_the_prompts_cached_tokens(served: tuple[openai.OpenAI, bool]) -> None:
@@ -114,24 +114,5 @@ def test_a_request_preempted_during_its_chunked_prefill_reports_its_first_admiss
     """Three distinct 201-token prompts, a 48-token step budget and a 16-block cache: a request whose
     prompt is part computed is preempted (by recompute) before its first output, and readmitted finds its
     own computed chunks in the prefix cache. Its usage reports what its first admission found: none."""
-    overrides = ["kvcache.enable_prefix_caching=true", "kvcache.num_blocks=16", "engine.max_num_batched_tokens=48"]
-    app, _ = app_from_config(compose_config(["model=tiny", *overrides]), "tiny")
-    server = BackgroundServer(app).start()
-    try:
-
-        def usage(i: int) -> dict[str, Any]:
-            prompt = (f"{i:03d} a long distinct prompt number {i}; " * 8)[:200]
-            body = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "ignore_eos": True}
-            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
-            assert answer.status_code == 200, answer.text
-            counts: dict[str, Any] = answer.json()["usage"]
-            return counts
-
-        with ThreadPoolExecutor(3) as pool:
-            counts = list(pool.map(usage, range(3)))
-        text = httpx.get(server.url + "/metrics").text
-    finally:
-        server.stop()
-    preemptions = re.search(r'forge:num_preemptions_total\{model_name="tiny"\} ([0-9.]+)', text)
-    assert preemptions and float(preemptions.group(1)) > 0, "no request was preempted: the test tests nothing"
-    assert [c["prompt_tokens_details"]["cached_tokens"] for c in counts] == [0] * 3, counts
+    prompts = [(f"{i:03d} a long distinct prompt number {i}; " * 8)[:200] for i in range(3)]
+    assert preempted_usages(["kvcache.num_blocks=16", "engine.max_num_batched_tokens=48"], prompts, 8) == [0] * 3
