@@ -15,22 +15,19 @@ BYTES_PER_TOKEN = 4  # the gateway has no tokenizer: a text prompt's tokens are 
 DEFAULT_MAX_TOKENS = 256
 
 
-def prompt_units(path: str, body: dict[str, Any]) -> list[int]:
-    """Routing tokens of a request body: a text prompt's UTF-8 bytes, token ids as they are, a chat's
-    messages as their JSON text (so a shared system prompt and history are a shared prefix)."""
+def prompt_units(path: str, body: dict[str, Any]) -> tuple[list[int], int]:
+    """Routing tokens of a request body, and how many of them make a model token: token ids as they are
+    (1), else a text prompt's UTF-8 bytes or a chat's messages as their JSON text, so that a shared system
+    prompt and history are a shared prefix (``BYTES_PER_TOKEN``: the gateway has no tokenizer)."""
     if path.endswith("/chat/completions"):
         text = json.dumps(body.get("messages", []), ensure_ascii=False, separators=(",", ":"))
-        return list(text.encode()) or [0]
+        return list(text.encode()) or [0], BYTES_PER_TOKEN
     prompt = body.get("prompt", body.get("input", ""))
-    if _token_ids(prompt):
-        return [int(t) for t in prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return [int(t) for t in prompt], 1
     if isinstance(prompt, list):
         prompt = "\n".join(p if isinstance(p, str) else json.dumps(p) for p in prompt)
-    return list(str(prompt).encode()) or [0]
-
-
-def _token_ids(prompt: Any) -> bool:
-    return isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
+    return list(str(prompt).encode()) or [0], BYTES_PER_TOKEN
 
 
 @dataclass(frozen=True)
@@ -50,10 +47,9 @@ class Routed:
 
 def routing_request(request_id: str, path: str, body: dict[str, Any]) -> Routed:
     """The ``Request`` a router sees, with what the gateway needs to count it on the backend it picks."""
-    units = prompt_units(path, body)
+    units, units_per_token = prompt_units(path, body)
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
     if not isinstance(max_tokens, int) or max_tokens < 1:
         max_tokens = DEFAULT_MAX_TOKENS
     request = Request(request_id, units, SamplingParams(max_tokens=max_tokens), expected_output_len=max_tokens)
-    ids = not path.endswith("/chat/completions") and _token_ids(body.get("prompt", body.get("input", "")))
-    return Routed(request, 1 if ids else BYTES_PER_TOKEN, max_tokens)
+    return Routed(request, units_per_token, max_tokens)

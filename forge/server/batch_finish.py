@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Container
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +19,7 @@ from forge.server.store_io import FULL
 EXPIRED = "This request could not be executed before the completion window expired."
 
 
-def expired_records(items: list[BatchLine | LineError], done: set[int]) -> list[tuple[int, dict[str, Any]]]:
+def expired_records(items: list[BatchLine | LineError], done: Container[int]) -> list[tuple[int, dict[str, Any]]]:
     """(line, ``batch_expired`` error record) of each request of ``items`` without a result in ``done``."""
     left = [i for i in items if isinstance(i, BatchLine) and i.line not in done]
     return [(i.line, error_record(LineError(i.line, i.custom_id, "batch_expired", EXPIRED))) for i in left]
@@ -30,11 +31,17 @@ def end_batch(
     batch_id: str,
     status: str,
     errs: dict[str, Any] | None,
-    numbers: set[int] | None,
+    items: list[BatchLine | LineError] | None,
 ) -> None:
-    """Write the output and error files and the final ``status`` (``failed`` with ``errs``). When the disk
-    is too full for the files, a failed batch is still marked failed (its results stay in the state dir)."""
-    results = store.results(batch_id, numbers)
+    """Write the output and error files and the final ``status`` (``failed`` with ``errs``) from the
+    results of the input's lines ``items`` (None: the input cannot be read, every result is kept); an
+    ``expired`` batch's requests without a result get their ``batch_expired`` records first. When the
+    disk is too full for the files, a failed batch is still marked failed (its results stay in the state dir)."""
+    results = store.results(batch_id, None if items is None else {i.line for i in items})
+    if status == "expired" and items is not None:
+        expired = expired_records(items, results)
+        store.append_results(batch_id, expired)
+        results.update(expired)
     current = store.get(batch_id)
     total = max(current.request_counts.get("total", 0), len(results))
     ended = replace(current, status=status, request_counts=Tally.of(total, results).counts())

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from forge.server.batch_finish import end_batch, expired_records
+from forge.server.batch_finish import end_batch
 from forge.server.batch_lines import BatchLine, Handler, LineError, error_record, read_lines, run_line
 from forge.server.batch_store import ACTIVE, Batch, BatchStore, Tally, batch_not_found, errors
 from forge.server.files import FileStore
@@ -294,22 +294,9 @@ class BatchRunner:
         """The output and error files from the results so far, then the final status (``failed``
         with ``errs``), written on a worker thread; an ``expired`` batch's requests that did not run
         get ``batch_expired`` records first."""
-        numbers = await self._line_numbers(batch)
-        if status == "expired":
-            await self._record_expired(batch)
-        await asyncio.to_thread(end_batch, self.store, self.files, batch.id, status, errs, numbers)
-        self._cancelled.discard(batch.id)
-
-    async def _record_expired(self, batch: Batch) -> None:
-        with contextlib.suppress(APIError, UnicodeDecodeError):  # an unreadable input: no request to name
-            items = await self._lines(batch)
-            done = await asyncio.to_thread(self.store.results, batch.id, {i.line for i in items})
-            records = expired_records(items, set(done))
-            await asyncio.to_thread(self.store.append_results, batch.id, records)
-
-    async def _line_numbers(self, batch: Batch) -> set[int] | None:
-        """The input's line numbers (None when it cannot be read: every result is then kept)."""
         try:
-            return {item.line for item in await self._lines(batch)}
+            items: list[BatchLine | LineError] | None = await self._lines(batch)
         except (APIError, UnicodeDecodeError):
-            return None
+            items = None  # the input cannot be read: every result is kept, no request is named
+        await asyncio.to_thread(end_batch, self.store, self.files, batch.id, status, errs, items)
+        self._cancelled.discard(batch.id)
