@@ -6,47 +6,28 @@ paths (``forge.core.fast_paths``): taken only where the policy and the KV cache 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from forge.core.decode_run import DecodeRun
-from forge.core.outputs import DecodeRows, ModelOutput, RequestOutput, SchedulerOutput
+from forge.core.outputs import DecodeRows, ModelOutput, SchedulerOutput
 from forge.core.request import Request, RequestStatus
-from forge.kvcache.base import BlockOps, DecodeRunCache, KVCacheManager, KVUsage
+from forge.kvcache.base import BlockOps, DecodeRunCache, KVUsage
 from forge.policies.base import Policy
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_outputs import StepOutputs
 from forge.sched.step_rows import StepRows
-from forge.sched.waiting_queue import WaitingQueue
-
-if TYPE_CHECKING:
-    from forge.sched.scheduler import SchedulerLimits
+from forge.sched.step_updates import StepUpdates
 
 
-class DecodeRunSteps:
-    """Decode runs and joining steps; the state is the scheduler's (``Scheduler.__init__``)."""
+class DecodeRunSteps(StepUpdates):
+    """Decode runs and joining steps, over the update of ``StepUpdates``; the state is the scheduler's
+    (``Scheduler.__init__``)."""
 
     policy: Policy
-    kv: KVCacheManager
-    limits: SchedulerLimits
-    waiting: WaitingQueue
-    running: list[Request]
     swapped: list[Request]
-    _forks: dict[str, list[Request]]
     _running_decodes: RunningDecodes | None
     _run_kv: DecodeRunCache | None
     _grouped: bool
 
     def _admit(self, budget: int, step: StepRows) -> int:
-        raise NotImplementedError  # the scheduler's
-
-    def _update_chunks(
-        self, sched: SchedulerOutput, out: ModelOutput, eos_token_ids: frozenset[int]
-    ) -> tuple[list[RequestOutput], list[Request]]:
-        raise NotImplementedError  # the scheduler's
-
-    def _accept_decodes(
-        self, decoded: list[Request], tokens: list[int], eos_token_ids: frozenset[int]
-    ) -> tuple[list[Request], list[Request]]:
         raise NotImplementedError  # the scheduler's
 
     @property

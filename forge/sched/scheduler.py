@@ -16,7 +16,6 @@ from forge.policies.base import Policy, PolicyContext
 from forge.sched.decode_steps import DecodeRunSteps
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.step_rows import StepRows
-from forge.sched.step_updates import StepUpdates
 from forge.sched.waiting_queue import WaitingQueue
 
 
@@ -33,7 +32,7 @@ class SchedulerLimits:
             raise ValueError(f"engine.preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
 
 
-class Scheduler(StepUpdates, DecodeRunSteps):
+class Scheduler(DecodeRunSteps):
     """Owns the waiting queue and the running list; the policy only orders them.
 
     ``fast_paths``: take the policy's and the KV cache's fast paths (``decode_slot``, decode runs)
