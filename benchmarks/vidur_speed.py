@@ -42,12 +42,12 @@ def vidur_command(python: str, out_dir: str, cache_dir: str = "cache") -> list[s
 
 def cache_dir_of(vidur_src: Path) -> str:
     """Vidur's model cache for the attention profile installed at ``vidur_src`` (one per profile, as
-    ``experiments/vidur_reference.py`` keeps them: Vidur keys its cache by config, not by profile)."""
+    ``experiments/vidur_reference.py`` keeps them); ``cache`` for a checkout laid out before profiles
+    were labelled."""
+    from experiments.vidur_reference import profile_cache_dir, read_profile_record
+
     record = vidur_src / "ATTENTION_PROFILE"
-    if not record.is_file():
-        return "cache"
-    meta = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
-    return f"cache/{meta.get('label', 'unlabelled')}-{meta.get('sha256', '')[:12]}"
+    return profile_cache_dir(read_profile_record(record)) if record.is_file() else "cache"
 
 
 def cpu_seconds(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:

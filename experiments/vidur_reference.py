@@ -44,13 +44,24 @@ def attention_profile() -> dict[str, str]:
     record = Path("ATTENTION_PROFILE")
     if not ATTENTION.is_file() or not record.is_file():
         sys.exit("vidur_reference: run it from Vidur's source checkout (benchmarks/vidur_setup.sh lays one out)")
-    meta = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    meta = read_profile_record(record)
     digest = hashlib.sha256(ATTENTION.read_bytes()).hexdigest()
     if meta.get("sha256") != digest or meta.get("label") not in ("measured", "computed"):
         sys.exit(
             f"vidur_reference: {ATTENTION} (sha256 {digest}) is not the profile {record} names; rerun vidur_setup.sh"
         )
     return meta
+
+
+def read_profile_record(record: Path) -> dict[str, str]:
+    """``ATTENTION_PROFILE``'s ``key=value`` lines (label, sha256, origin), as ``vidur_setup.sh`` writes them."""
+    return dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+
+
+def profile_cache_dir(profile: dict[str, str]) -> str:
+    """Vidur's model cache for one attention profile: Vidur keys its cache by config, not by profile, so a
+    shared cache would serve one profile's predictions to another."""
+    return f"cache/{profile['label']}-{profile['sha256'][:12]}"
 
 
 def vidur_args(a: argparse.Namespace, out_dir: str, cache_dir: str) -> list[str]:
@@ -149,7 +160,7 @@ def main() -> None:
     sys.path.insert(0, os.getcwd())  # Vidur's source checkout, not this script's directory
     profile = attention_profile()
     out_dir = tempfile.mkdtemp(prefix=f"vidur-{a.out.stem}-")  # Vidur's own output: not in the repo
-    flags = vidur_args(a, out_dir, f"cache/{profile['label']}-{profile['sha256'][:12]}")
+    flags = vidur_args(a, out_dir, profile_cache_dir(profile))
     cpu = os.times()
     requests, replica_of, out_dir = run_vidur(flags)
     after = os.times()
