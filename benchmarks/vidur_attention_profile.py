@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.digest import sha256_of
 from forge.models.presets import model_dims
 from forge.sim.cost_model import BatchShape
 from forge.sim.operators import OperatorConstants, OperatorCostModel
@@ -125,7 +125,7 @@ def write(path: Path, cost: OperatorCostModel | None = None) -> str:
         writer = csv.DictWriter(f, fieldnames=list(COLUMNS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows(cost or forge_cost_model()))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_of(path)
 
 
 def main(argv: list[str] | None = None) -> None:
