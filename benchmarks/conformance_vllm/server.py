@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import openai
 import pytest
 
 from benchmarks.conformance_vllm.flags import serve_args
+from experiments.launchers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]  # forge's checkout: forge serve runs from it
 LOG_DIR_ENV = "FORGE_VLLM_SUITE_LOGS"  # where each server's log goes (the harness sets it)
@@ -27,12 +27,6 @@ FORGE_MODEL_ENV = "FORGE_VLLM_SUITE_MODEL"  # the forge model option served (def
 START_BOUND_S = 600.0
 CONTEXT = {"smollm2": 8192}  # the served model's context length (vLLM's default --max-model-len)
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def vllm_args(given: list[str], env: dict[str, str], forge_model: str) -> list[str]:
