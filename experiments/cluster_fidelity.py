@@ -10,7 +10,8 @@ A reference of N > 1 replicas runs forge with ``cluster.replicas=N`` and the rou
 ``ROUTERS`` (Vidur's ``round_robin`` -> forge's ``round_robin``, ``lor`` -> ``vidur_lor``): forge's
 cluster feature (issue 32). A forge without it refuses the override, and the run says so in one line.
 
-Each row names the attention profile Vidur ran with (``attention``: ``measured`` or ``computed`` and the
+Each row names the attention profile Vidur ran with (``attention``: ``measured``, ``transcribed`` (the
+one-GPU rows of the measured profile, ``benchmarks/vidur_transcribed_profile.py``) or ``computed`` and the
 first 12 hex digits of its sha256, from the reference's JSON; ``unrecorded`` for a reference exported
 before the label existed). With ``computed`` (``benchmarks/vidur_attention_profile.py``) Vidur charges
 forge's own attention costs: the ratios then check forge's cluster layer, scheduling and dense layer

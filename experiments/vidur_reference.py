@@ -16,10 +16,12 @@ columns), the ``replica`` Vidur's global scheduler sent it to (recorded from its
 Vidur's per-request metrics in seconds: ``ttft_s`` (its
 prefill_e2e_time), ``e2e_s`` (request_e2e_time) and ``tpot_s`` = (E2E - TTFT) / (output - 1), as forge
 defines TPOT. A JSON beside the CSV records the command line, Vidur's source commit and the attention
-profile Vidur ran with (``attention_profile``: ``measured``, Vidur's own, or ``computed``, forge's cost
-model's, as ``benchmarks/vidur_setup.sh`` recorded it in ``ATTENTION_PROFILE``, its sha256 checked
-against the file). Vidur caches its trained models and their predictions under ``cache/`` keyed by its
-config and not by the attention file, so each profile gets its own cache directory."""
+profile Vidur ran with (``attention_profile``: ``measured``, Vidur's own; ``transcribed``, the one-GPU
+rows of Vidur's own with their medians transcribed from the public copy, what a one-GPU replica reads of
+it; or ``computed``, forge's cost model's, as ``benchmarks/vidur_setup.sh`` recorded it in
+``ATTENTION_PROFILE``, its sha256 checked against the file). Vidur caches its trained models and their
+predictions under ``cache/`` keyed by its config and not by the attention file, so each profile gets its
+own cache directory."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def attention_profile() -> dict[str, str]:
         sys.exit("vidur_reference: run it from Vidur's source checkout (benchmarks/vidur_setup.sh lays one out)")
     meta = read_profile_record(record)
     digest = hashlib.sha256(ATTENTION.read_bytes()).hexdigest()
-    if meta.get("sha256") != digest or meta.get("label") not in ("measured", "computed"):
+    if meta.get("sha256") != digest or meta.get("label") not in ("measured", "transcribed", "computed"):
         sys.exit(
             f"vidur_reference: {ATTENTION} (sha256 {digest}) is not the profile {record} names; rerun vidur_setup.sh"
         )
