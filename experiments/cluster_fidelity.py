@@ -100,7 +100,8 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
         frame = cluster.run(workload_requests(cfg, cluster.first), False).requests
     finally:
         cluster.close()
-    return {k: frame[k].to_numpy() for k in ("request_id", "ttft", "tpot", "e2e", "replica") if k in frame}
+    keys = ("request_id", "ttft", "tpot", "e2e", "replica", "kv_transfer_s")
+    return {k: frame[k].to_numpy() for k in keys if k in frame}
 
 
 def ratios(forge: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str, float]:
@@ -116,6 +117,26 @@ def ratios(forge: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> dict[str
         out[f"p90_{m}"] = float(np.percentile(mine[keep], 90) / np.percentile(theirs[keep], 90))
     out["same_replica"] = float(np.mean(forge["replica"][idx] == ref["replica"])) if "replica" in forge else math.nan
     return out
+
+
+def disaggregated_overrides(path: Path, prefill: int, decode: int, link: str) -> list[str]:
+    """forge's ``cluster=disaggregated`` on the reference's requests: ``prefill`` + ``decode`` replicas."""
+    split = [f"cluster.prefill_replicas={prefill}", f"cluster.decode_replicas={decode}", f"cluster.link={link}"]
+    return [*BASE, f"workload.path={path}", "cluster=disaggregated", *split, "progress=false", "report=false"]
+
+
+def disaggregated(path: Path, prefill: int, decode: int, link: str) -> dict[str, Any]:
+    """The reference's requests on ``prefill`` + ``decode`` disaggregated replicas: forge's mean and p90
+    of each metric and of the KV transfer (ms), beside Vidur's on its aggregated replicas (Vidur has no
+    disaggregated mode, so no ratio)."""
+    ref, forge = read_reference(path), simulate(disaggregated_overrides(path, prefill, decode, link))
+    row: dict[str, Any] = {"reference": path.name, "layout": f"{prefill} prefill + {decode} decode", "link": link}
+    for m in METRICS:
+        mine, theirs = forge[m].astype(float), ref[f"{m}_s"].astype(float)
+        row[f"mean_{m}"], row[f"p90_{m}"] = 1e3 * np.nanmean(mine), 1e3 * np.nanpercentile(mine, 90)
+        row[f"vidur_mean_{m}"] = 1e3 * np.nanmean(theirs)
+    row["mean_kv_transfer"] = 1e3 * float(np.nanmean(forge["kv_transfer_s"]))
+    return row
 
 
 def compare(path: Path) -> dict[str, Any]:
@@ -156,17 +177,60 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def disaggregated_report(rows: list[dict[str, Any]]) -> list[str]:
+    """The disaggregated runs' section of ``fidelity.md`` (none: nothing)."""
+    if not rows:
+        return []
+    import pandas as pd
+
+    from experiments.common import table
+
+    cols = [f"{s}_{m}" for m in METRICS for s in ("mean", "p90", "vidur_mean")]
+    return [
+        "## `cluster=disaggregated` on the same requests (ms)",
+        "",
+        "Vidur has no disaggregated mode: forge's figures, with Vidur's means on its aggregated replicas beside "
+        "them (`vidur_mean_*`), not ratios. TTFT includes the KV transfer.",
+        "",
+        table(
+            pd.DataFrame(rows),
+            ["reference", "layout", "link", *cols, "mean_kv_transfer"],
+            dict.fromkeys([*cols, "mean_kv_transfer"], ".1f"),
+        ),
+        "",
+    ]
+
+
+def split_spec(text: str) -> tuple[int, int]:
+    """``P+D`` -> (P, D)."""
+    prefill, _, decode = text.partition("+")
+    return int(prefill), int(decode)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m experiments.cluster_fidelity", description=__doc__.split("\n\n")[0])
     ap.add_argument("references", nargs="+", type=Path)
     ap.add_argument("--out", type=Path, default=Path("reports/cluster"))
+    ap.add_argument(
+        "--disaggregated",
+        type=split_spec,
+        metavar="P+D",
+        help="also run cluster=disaggregated, P prefill + D decode replicas, on each reference of P + D replicas",
+    )
+    ap.add_argument("--link", default="nvlink", help="cluster.link of the disaggregated runs")
     args = ap.parse_args(argv)
     rows = [compare(p) for p in args.references]
+    split: tuple[int, int] | None = args.disaggregated
+    disagg = [
+        disaggregated(p, split[0], split[1], args.link)
+        for p, r in zip(args.references, rows, strict=True)
+        if split and r["replicas"] == sum(split)
+    ]
     args.out.mkdir(parents=True, exist_ok=True)
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(args.out / "fidelity.csv", index=False)
-    (args.out / "fidelity.md").write_text("\n".join(report(rows)))
+    (args.out / "fidelity.md").write_text("\n".join([*report(rows), *disaggregated_report(disagg)]))
     print(f"report: {args.out / 'fidelity.md'}")
 
 

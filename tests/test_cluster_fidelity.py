@@ -88,6 +88,25 @@ def test_a_two_replica_reference_runs_on_forges_cluster_behind_round_robin(tmp_p
     assert row["mean_ttft"] < 1.0  # the single engine's metrics, now spread over two replicas
 
 
+def test_disaggregated_runs_the_references_requests_on_the_same_number_of_replicas(tmp_path: Path) -> None:
+    two, one = tmp_path / "rr2.csv", tmp_path / "rr1.csv"
+    write_reference(two, n=10, replicas=2)
+    write_reference(one, n=4)
+    row = cf.disaggregated(two, 1, 1, "pcie")
+    assert (row["layout"], row["link"]) == ("1 prefill + 1 decode", "pcie")
+    assert row["mean_kv_transfer"] > 0  # every request has several output tokens: its KV crosses the link
+    aggregated = pd.read_csv(two)
+    assert row["vidur_mean_ttft"] == pytest.approx(1e3 * aggregated.ttft_s.mean())
+    slower = cf.disaggregated(two, 1, 1, "nvlink")["mean_kv_transfer"]
+    assert slower < row["mean_kv_transfer"]  # NVLink moves the same KV faster than PCIe
+    cf.main([str(two), str(one), "--disaggregated", "1+1", "--link", "pcie", "--out", str(tmp_path / "out")])
+    md = (tmp_path / "out" / "fidelity.md").read_text()
+    assert "## `cluster=disaggregated` on the same requests (ms)" in md
+    assert "| rr2.csv | 1 prefill + 1 decode | pcie |" in md and "| rr1.csv | 1 prefill" not in md
+    cf.main([str(two), "--out", str(tmp_path / "plain")])
+    assert "## `cluster=disaggregated`" not in (tmp_path / "plain" / "fidelity.md").read_text()
+
+
 def test_requests_are_matched_by_id_not_by_row_order(tmp_path: Path) -> None:
     path = tmp_path / "ref.csv"
     write_reference(path)
