@@ -33,232 +33,57 @@ says so when that checkout is not there."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+# the sub-commands' modules beside this one: forge run (cli_run.py), forge serve (cli_serve.py)
+from forge.cli_run import CONFIG_ERROR_EXIT_CODE, compose_errors_as_config_errors, hydra_error_line, run_app
+from forge.cli_serve import (
+    API_KEY_ENV,
+    API_KEY_FLAG,
+    HYDRA_OWN_CONFIG_FLAGS,
+    SERVE_FLAGS,
+    check_serve_config,
+    serve_command,
+    serve_overrides,
+)
 from forge.config import CONF_DIR, ConfigError
-from forge.core.errors import CommandError, exit_on_expected_error, exit_with_line, full_errors_wanted
+from forge.core.errors import CommandError, exit_on_expected_error
 from forge.engine.gc_pause import no_collection_at_exit, rare_gc
-from forge.server.port_check import check_port_free
 
-CONFIG_ERROR_EXIT_CODE = 2
+__all__ = [
+    "API_KEY_ENV",
+    "API_KEY_FLAG",
+    "BENCHMARKS",
+    "CHECKOUT",
+    "COMMANDS",
+    "CONFIG_ERROR_EXIT_CODE",
+    "HYDRA_OWN_CONFIG_FLAGS",
+    "SERVE_FLAGS",
+    "USAGE_EXIT_CODE",
+    "bench_command",
+    "capacity_command",
+    "check_serve_config",
+    "compose_errors_as_config_errors",
+    "hydra_error_line",
+    "main",
+    "report_command",
+    "route_command",
+    "run_app",
+    "serve_command",
+    "serve_overrides",
+    "sweep_command",
+]
+
 USAGE_EXIT_CODE = 2
 CHECKOUT = CONF_DIR.parent
-
-# vLLM's ``serve`` flags -> the forge setting each one sets
-SERVE_FLAGS = {
-    "--port": "server.port",
-    "--host": "server.host",
-    "--max-num-seqs": "engine.max_num_seqs",
-    "--max-model-len": "engine.max_model_len",
-    "--block-size": "kvcache.block_size",
-    "--tensor-parallel-size": "engine.tensor_parallel_size",
-    "--kv-cache-dtype": "engine.kv_cache_dtype",
-    "--served-model-name": "server.served_model_name",
-}
-API_KEY_FLAG = "--api-key"
-API_KEY_ENV = "FORGE_API_KEY"  # read by forge.server.settings; keeps the key out of every written config
-# Hydra flags after which forge serve's config is not the one compose() would give (sweeps, another
-# config): the early check is left to the job
-HYDRA_OWN_CONFIG_FLAGS = ("-m", "--multirun", "-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir")
 
 BENCHMARKS = {
     "serve": "benchmarks.serve",
     "startup": "benchmarks.startup",
     "regress": "benchmarks.regress",
 }
-
-
-def _run_job(cfg: Any, run_dir: Path) -> None:
-    from forge.config import validate_settings
-
-    validate_settings(cfg)  # what needs no import first: a bad setting is one line before torch loads
-    if cfg.mode == "serve":
-        from forge.server.app import serve
-
-        serve(cfg)
-        return
-    from forge.main import format_summary, run_offline
-
-    summary = run_offline(cfg, run_dir)
-    print(format_summary(summary))
-    print(f"run directory: {run_dir}")
-
-
-def hydra_error_line(exc: BaseException) -> str:
-    """Hydra's (or OmegaConf's) multi-line message about a command line it could not compose, as
-    one line naming the override: an option that does not exist (with the options there are), a
-    key that is not a setting, an override that does not parse, a value of the wrong type."""
-    from hydra.errors import InstantiationException, MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    def first_line(err: BaseException) -> str:
-        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-        return lines[0] if lines else type(err).__name__
-
-    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
-        group, _, name = exc.missing_cfg_file.rpartition("/")
-        return f"{group}={name}: no such option (options: {', '.join(exc.options)})"
-    if isinstance(exc, OverrideParseException):
-        return f"{exc.override}: not an override Hydra can parse ({first_line(exc)})"
-    if isinstance(exc, InstantiationException) and isinstance(exc.__cause__, ValueError):
-        return first_line(exc.__cause__)
-    cause = exc.__cause__
-    if isinstance(cause, ConfigKeyError | ConfigAttributeError) and getattr(cause, "full_key", None):
-        return f"{cause.full_key}: not a setting ({first_line(cause)})"
-    parts = [first_line(exc)]
-    if cause is not None and first_line(cause) not in parts:
-        parts.append(first_line(cause))
-    return ": ".join(parts)
-
-
-def _is_compose_error(exc: BaseException, job_started: bool) -> bool:
-    """An error of the command line itself: an override Hydra cannot parse or apply, an option or a
-    key that does not exist, a value of the wrong type. Raised by Hydra before the job starts (or, in
-    a sweep, while composing a later job's config); errors from inside a job are not these."""
-    from hydra.errors import CompactHydraException, InstantiationException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(exc, InstantiationException):  # a Hydra plugin's setting (hydra.launcher.*) it refused
-        return not job_started and "full_key: hydra." in str(exc)
-    if isinstance(exc, CompactHydraException):
-        return True
-    return not job_started and isinstance(exc, OmegaConfBaseException)
-
-
-def run_app(argv: Sequence[str]) -> None:
-    """``python run.py <argv>``: Hydra's command line over ``conf/``; a ConfigError, and a command
-    line Hydra cannot compose (an unknown option or key, bad override syntax, a wrong type), print one
-    line and exit 2 (a ConfigError inside a sweep fails that job as any other error does);
-    ``FORGE_FULL_ERROR=1`` / ``HYDRA_FULL_ERROR=1`` show the traceback instead."""
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import DictConfig
-
-    from forge.config import register_schema
-
-    register_schema()
-    job_started: list[bool] = []
-    full_errors = full_errors_wanted()
-
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-    def job(cfg: DictConfig) -> None:
-        job_started.append(True)
-        hydra_cfg = HydraConfig.get()
-        try:
-            _run_job(cfg, Path(hydra_cfg.runtime.output_dir))
-        except CommandError as exc:  # ConfigError included
-            if hydra_cfg.mode == RunMode.MULTIRUN or full_errors:
-                raise
-            exit_with_line(exc)
-
-    sys.argv = ["forge", *argv]
-    # Hydra prints its own errors (several lines, exit 1) unless HYDRA_FULL_ERROR is set; set, it
-    # raises them: those of the command line become one line and exit 2 here, the rest propagate.
-    hydra_full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        job()
-    except CommandError as exc:  # the launcher's (no Ray cluster): one line, as a job's would be
-        if full_errors or isinstance(exc, ConfigError):  # a sweep job's ConfigError fails as any error does
-            raise
-        exit_with_line(exc)
-    except Exception as exc:
-        if full_errors or not _is_compose_error(exc, bool(job_started)):
-            raise
-        print(f"config error: {hydra_error_line(exc)}", file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT_CODE)
-    finally:
-        if hydra_full_error is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = hydra_full_error
-
-
-def serve_overrides(argv: Sequence[str]) -> tuple[list[str], str | None]:
-    """Hydra overrides for ``forge serve <argv>`` and the API key given by ``--api-key`` (if any).
-    A first argument without ``=`` or a leading ``-`` names the model option (``forge serve tiny``)."""
-    args = list(argv)
-    overrides = ["mode=serve"]
-    api_key = None
-    if args and "=" not in args[0] and not args[0].startswith("-"):
-        overrides.append(f"model={args.pop(0)}")
-    while args:
-        arg = args.pop(0)
-        flag, eq, inline = arg.partition("=")
-        if flag in SERVE_FLAGS or flag == API_KEY_FLAG:
-            if eq:
-                value = inline
-            elif args:
-                value = args.pop(0)
-            else:
-                raise ConfigError(f"{flag} needs a value")
-            if flag == API_KEY_FLAG:
-                api_key = value
-            else:
-                overrides.append(f"{SERVE_FLAGS[flag]}={value}")
-        elif arg.startswith("--") and "=" not in arg and arg not in ("--cfg", "--help", "--info"):
-            known = ", ".join([*SERVE_FLAGS, API_KEY_FLAG])
-            raise ConfigError(f"forge serve: unknown flag {arg} (the vLLM flags forge maps: {known})")
-        else:
-            overrides.append(arg)
-    return overrides, api_key
-
-
-@contextmanager
-def compose_errors_as_config_errors() -> Iterator[None]:
-    """Hydra's errors composing a command line (an unknown option, a value of the wrong type) as the
-    one-line ``ConfigError`` ``run_app`` would print for them."""
-    try:
-        yield
-    except Exception as exc:
-        if full_errors_wanted() or not _is_compose_error(exc, job_started=False):
-            raise
-        raise ConfigError(hydra_error_line(exc)) from None
-
-
-def check_serve_config(settings: Sequence[Any], overrides: Sequence[str]) -> Any:
-    """The config ``forge serve`` will run, composed and checked (``forge.config.validate_settings``)
-    before Hydra's job starts: a bad setting is one line within a second, before any model, backend
-    or server is imported, and before the startup line names the settings. None when the command
-    line brings its own config (a sweep, another config file)."""
-    if any(arg.partition("=")[0] in HYDRA_OWN_CONFIG_FLAGS for arg in overrides):
-        return None
-    from forge.config import validate_settings
-    from forge.server.config_checks import naming_sources
-    from forge.server.config_sources import compose_unchecked
-
-    plain = [o for o in overrides if "=" in o and not o.startswith("-")]
-    with compose_errors_as_config_errors():
-        cfg = compose_unchecked([*(s.override for s in settings), *plain])
-    try:
-        validate_settings(cfg)
-    except ConfigError as exc:
-        raise naming_sources(exc, settings) from None
-    return cfg
-
-
-def serve_command(argv: Sequence[str]) -> None:
-    """``--config FILE`` and the ``FORGE_*`` variables (forge/server/config_sources.py) under the flags."""
-    from forge.server.config_sources import announce, layered, pop_config_flag
-
-    args, config_file = pop_config_flag(argv)
-    overrides, api_key = serve_overrides(args)
-    if api_key is not None:
-        os.environ[API_KEY_ENV] = api_key
-    with compose_errors_as_config_errors():  # the YAML is checked against the command line's options
-        settings = layered(overrides, config_file, os.environ)
-    cfg = check_serve_config(settings, overrides)
-    if cfg is not None:
-        check_port_free(str(cfg.server.host), int(cfg.server.port))
-    if settings:
-        print(announce(settings), file=sys.stderr)
-    run_app([*(s.override for s in settings), *overrides])
 
 
 def bench_command(argv: Sequence[str]) -> None:

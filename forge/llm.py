@@ -1,16 +1,16 @@
 """Offline use as a library, the way vLLM users do it: ``generate``, ``chat``, ``stream`` and ``embed``.
 
-Text-level options of ``SamplingParams`` are applied here, where tokens become text: ``stop``
+Text-level options of ``SamplingParams`` are applied in this class, where tokens become text: ``stop``
 strings end an output and are never part of its text (its ``token_ids`` keep every generated token,
 as vLLM's do); ``json_schema`` / ``regex`` are compiled by the configured ``structured`` backend into
 the request's constraint, in this process (a library caller gives its own schemas, so the server's
-bounded compile pool is not needed)."""
+bounded compile pool is not needed). How requests are built and stepped is ``forge.llm_requests``
+(``LLM``'s base class); what the methods return is ``forge.llm_outputs`` (re-exported here)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forge.cli import compose_errors_as_config_errors
@@ -20,61 +20,29 @@ from forge.core.outputs import RequestOutput
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
-from forge.engine.build import build_engine, default_pooling, default_sampling
+from forge.engine.build import build_engine, default_pooling
 from forge.engine.engine import Engine
 from forge.engine.spawn_guard import check_spawn_guard
 from forge.frontend import BeamSearchFrontend
+from forge.llm_outputs import BeamSearchOutput, BeamSequence, CompletionDelta, CompletionOutput, Message, Prompts
+from forge.llm_requests import LLMRequests
 from forge.sched.fork import output_ids
-from forge.tokenizers.none import refuse_text_params
 
 if TYPE_CHECKING:
     from forge.structured.base import StructuredBackend
 
-Prompts = str | Sequence[int] | Sequence[str | Sequence[int]]
-Message = Mapping[str, Any]
+__all__ = [
+    "LLM",
+    "BeamSearchOutput",
+    "BeamSequence",
+    "CompletionDelta",
+    "CompletionOutput",
+    "Message",
+    "Prompts",
+]
 
 
-@dataclass(frozen=True)
-class CompletionOutput:
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-
-
-@dataclass(frozen=True)
-class CompletionDelta:
-    """What one output gained in one engine step. ``index``: the output's position in what
-    ``generate`` would return; ``finish_reason`` is set on the output's last delta only."""
-
-    index: int
-    request_id: str
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-
-
-@dataclass(frozen=True)
-class BeamSequence:
-    """One beam search result: its output tokens (a final EOS included), their text and the sum of
-    their logprobs; ``finish_reason`` "stop" (it ended in EOS) or "length" (``max_tokens``)."""
-
-    token_ids: list[int]
-    text: str
-    cumulative_logprob: float
-    finish_reason: str
-
-
-@dataclass(frozen=True)
-class BeamSearchOutput:
-    """The beam search of one prompt: ``sequences`` best first by score (``BeamSearchParams``)."""
-
-    prompt_token_ids: list[int]
-    sequences: list[BeamSequence]
-
-
-class LLM:
+class LLM(LLMRequests):
     """``LLM("model=tiny", "kvcache=naive")`` takes the same overrides as ``python run.py``; one that
     cannot be composed or a setting forge refuses raises ``ConfigError`` with a one-line message (the
     line ``forge run`` prints; ``FORGE_FULL_ERROR=1``: Hydra's own exception)."""
@@ -261,89 +229,3 @@ class LLM:
             )
             for r in requests
         ]
-
-    # -- requests ------------------------------------------------------------------------------
-    def _prompt_ids(self, prompts: Prompts) -> list[list[int]]:
-        """Each prompt's token ids (a prompt is a string or a list of token ids)."""
-        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
-        batch: list[Any] = [prompts] if single else list(prompts)
-        return [self.tokenizer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in batch]
-
-    def _requests(
-        self, prompts: Prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None
-    ) -> list[Request]:
-        """Every request checked and built (constraints compiled) before any reaches the engine."""
-        batch = self._prompt_ids(prompts)
-        if sampling_params is None:
-            sampling_params = default_sampling(self.config)
-        params = (
-            [sampling_params] * len(batch) if isinstance(sampling_params, SamplingParams) else list(sampling_params)
-        )
-        if len(params) != len(batch):
-            raise ValueError(f"{len(batch)} prompts but {len(params)} sampling params")
-        requests = []
-        for ids, p in zip(batch, params, strict=True):
-            refuse_text_params(self.tokenizer, p.stop, p.structured)
-            request = Request(f"llm-{next(self._ids)}", ids, p, arrival_time=0.0)
-            if p.structured:
-                request.constraint = self._constraint(p, len(ids))
-            requests.append(request)
-        return requests
-
-    def _constraint(self, params: SamplingParams, prompt_len: int) -> Any:
-        from forge.structured.base import ConstraintSpec
-
-        if params.n > 1:
-            raise ValueError("structured output (json_schema / regex) takes n = 1; give the prompt n times instead")
-        if params.json_schema is not None:
-            spec = ConstraintSpec.json_schema(params.json_schema)
-        else:
-            spec = ConstraintSpec.regex(str(params.regex))
-        grammar = self._structured_backend().compile(spec)
-        budget = min(params.max_tokens, self.engine.scheduler.limits.max_model_len - prompt_len)
-        # a budget below the grammar's shortest output: the constraint steers to a shortest output and the
-        # engine cuts it at the budget (finish_reason "length"), as the server, OpenAI and vLLM do
-        return grammar.constraint(max(budget, grammar.min_tokens))
-
-    def _structured_backend(self) -> StructuredBackend:
-        if self._structured is None:
-            from hydra.utils import instantiate
-
-            if self.config.get("structured") is None:
-                raise ValueError("structured output needs a structured backend (structured=outlines or xgrammar)")
-            self._structured = instantiate(self.config.structured)(tokenizer=self.tokenizer)
-        return self._structured
-
-    # -- the step loop ---------------------------------------------------------------------------
-    def _drive(self, requests: list[Request]) -> Generator[CompletionDelta, None, None]:
-        from forge.server.generation import ChoiceText
-
-        choices: dict[str, tuple[int, ChoiceText]] = {}
-        for request in requests:
-            p = request.sampling_params
-            for rid in output_ids(request):
-                choices[rid] = (len(choices), ChoiceText(self.tokenizer, list(p.stop), p.stop_token_ids))
-        now = self.engine.clock.now()
-        for request in requests:
-            request.arrival_time = now
-            self.engine.add_request(request)
-        running = set(choices)
-        try:
-            while running:
-                if not self.engine.has_unfinished():
-                    raise RuntimeError(f"the engine finished without {sorted(running)}")
-                for out in self.engine.step():
-                    if out.request_id not in running:
-                        continue
-                    index, choice = choices[out.request_id]
-                    delta = choice.push(out)
-                    done = out.finished or delta.finish_reason is not None
-                    if done:
-                        running.discard(out.request_id)
-                        if not out.finished:  # a stop string ended it: the engine would go on
-                            self.engine.abort(out.request_id)
-                    yield CompletionDelta(index, out.request_id, delta.text, delta.token_ids, delta.finish_reason)
-        finally:
-            for rid in running:
-                self.engine.abort(rid)
-        self.engine.check_idle()

@@ -1,6 +1,9 @@
 """``kvcache=paged``: PagedAttention's block manager as vLLM V1's KV cache coordinator. Per KV cache
 group (``forge.core.kv_groups``) a block table per request over one shared ``BlockPool``, with prefix
-caching, fork with copy-on-write and swapping to a CPU pool; the classic layout is its one-group case."""
+caching, fork with copy-on-write and swapping to a CPU pool; the classic layout is its one-group case.
+Allocation, fork, free, swapping and decode runs are here; prefix caching is ``paged_prefix.py``,
+introspection (tables, holders, usage, counters) ``paged_introspection.py``, both mixins of the class,
+and the pure slot arithmetic ``paged_usage.py``."""
 
 from __future__ import annotations
 
@@ -9,13 +12,15 @@ from forge.core.request import Request
 from forge.kvcache.base import BlockOps, DecodeRunCache, KVCacheManager, KVUsage
 from forge.kvcache.block_pool import BlockPool
 from forge.kvcache.context import KVCacheContext
-from forge.kvcache.paged_usage import decode_run_openings, decode_run_usage, holders_usage, pages_usage
-from forge.kvcache.pages import Pages, extend_hashes
+from forge.kvcache.paged_introspection import PagedIntrospection
+from forge.kvcache.paged_prefix import PagedPrefixCache
+from forge.kvcache.paged_usage import decode_run_openings, decode_run_usage
+from forge.kvcache.pages import Pages
 from forge.kvcache.swap_space import SwapSpace
-from forge.kvcache.window_prefix import acquire_hit, first_needed_block, group_key, longest_hit
+from forge.kvcache.window_prefix import first_needed_block
 
 
-class PagedKVCache(KVCacheManager, DecodeRunCache):
+class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeRunCache):
     """Block tables over a ``BlockPool`` of ``ctx.num_blocks`` blocks (``ctx.pages()`` pages of the
     model's hybrid layout when it has windowed layers and ``free_outside_window``).
 
@@ -65,48 +70,6 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
         self._hashes: dict[str, list[int]] = {}
         self.prefix_queries = self.prefix_hits = self.num_cow_copies = 0
         self.num_window_freed = 0
-
-    # -- prefix caching ------------------------------------------------------------------
-    def _block_hashes(self, request: Request, num_tokens: int) -> list[int]:
-        hashes = self._hashes.setdefault(request.request_id, [])
-        return extend_hashes(hashes, request, num_tokens, self.block_size, self.hash_seed)
-
-    def _prefix_hit(self, request: Request) -> tuple[list[int], int]:
-        """The request's block hashes and how many of them every group can hit (leaving at least one
-        token to compute, so the request gets logits to sample from)."""
-        hashes = self._block_hashes(request, request.num_tokens - 1)
-        return hashes, longest_hit(self.pool, self.windows, self.block_size, hashes)
-
-    def cached_prefix_len(self, request: Request) -> int:
-        if not self.enable_prefix_caching:
-            return 0
-        return self._prefix_hit(request)[1] * self.block_size
-
-    def match_prefix(self, request: Request) -> int:
-        if not self.enable_prefix_caching:
-            return 0
-        hashes, n = self._prefix_hit(request)
-        self.prefix_queries += request.num_tokens
-        pages = self._pages[request.request_id] = Pages(len(self.windows))
-        for g, window in enumerate(self.windows):
-            pages.set_group(g, acquire_hit(self.pool, g, window, self.block_size, hashes[:n]), offered=n)
-        self.prefix_hits += n * self.block_size
-        return n * self.block_size
-
-    def _offer(self, request: Request, pages: Pages, num_cacheable: int) -> None:
-        """Offer the full blocks of final tokens not offered yet to the prefix cache."""
-        n_full = num_cacheable // self.block_size
-        hashes: list[int] | None = None
-        for g, blocks in enumerate(pages.blocks):
-            m = min(n_full, len(blocks))
-            if m <= pages.offered[g]:
-                continue
-            hashes = hashes or self._block_hashes(request, num_cacheable)
-            for i in range(pages.offered[g], m):
-                block = blocks[i]
-                if block is not None:
-                    self.pool.cache(block, group_key(g, hashes[i]))
-            pages.offered[g] = m
 
     # -- allocation ----------------------------------------------------------------------
     def _free_outside_window(self, pages: Pages, position: int) -> None:
@@ -293,52 +256,3 @@ class PagedKVCache(KVCacheManager, DecodeRunCache):
             row.tables[0].append(block.block_id)
             allocated[j] += 1
         return decode_run_usage(run, self.num_blocks, self.block_size, free_before, allocated)
-
-    # -- introspection -------------------------------------------------------------------
-    def block_table(self, request_id: str) -> list[int]:
-        return self._pages[request_id].tables[0]
-
-    def group_tables(self, request_id: str) -> tuple[list[int], ...]:
-        return tuple(self._pages[request_id].tables[1:])
-
-    def token_capacity(self, max_chunk: int) -> int:
-        if self.groups is None:
-            return self.num_blocks * self.block_size
-        return self.groups.token_capacity(self.num_blocks, self.block_size, max_chunk)
-
-    def group_pages(self, request_id: str) -> list[list[int | None]]:
-        """Per group, the page of each of the request's blocks (None: freed outside the window)."""
-        return [[None if b is None else b.block_id for b in blocks] for blocks in self._pages[request_id].blocks]
-
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free
-
-    def num_held(self) -> int:
-        return len(self._pages) + self.swap.num_swapped
-
-    def holders(self) -> dict[str, list[int]]:
-        """Request id -> every block it references, all groups (outside-window entries left out; a copy)."""
-        return {rid: [b.block_id for g in p.blocks for b in g if b is not None] for rid, p in self._pages.items()}
-
-    def swapped_holders(self) -> dict[str, list[int]]:
-        """Request id -> CPU block ids holding its swapped-out KV (a copy)."""
-        return self.swap.holders()
-
-    def usage(self, requests: list[Request]) -> KVUsage:
-        """Token states: distinct computed positions (a block shared by k holders counts once; a position
-        held by k groups fills k pages' slots); internal fragmentation: the rest of the held blocks. It
-        never reserves ahead and any free block serves any request, so reserved and external are 0."""
-        bs = self.block_size
-        total, free = self.num_blocks * bs, self.pool.num_free * bs
-        if self._plain and not self.pool.num_shared and len(requests) == len(self._pages):
-            return holders_usage(requests, self.num_blocks - self.pool.num_free, bs, total, free)
-        return pages_usage(self._pages, requests, bs, total, free)
-
-    def stats(self) -> dict[str, int]:
-        counters = {
-            "prefix_cache_queries": self.prefix_queries,
-            "prefix_cache_hits": self.prefix_hits,
-            "kv_cow_copies": self.num_cow_copies,
-            "kv_swapped_out_blocks": self.swap.num_swapped_out,
-        }
-        return counters if self._plain else {**counters, "kv_window_freed_blocks": self.num_window_freed}

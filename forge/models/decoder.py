@@ -11,40 +11,40 @@ Llama's.
 
 Every linear weight is stored ``[in, out]`` (K x N contiguous) or as a ``PackedLinear``
 (``forge.models.fast_weights``); ``DecoderLayer.LINEARS`` names the ones a weight format may pack.
+The layer's weights and their checkpoint reader are ``forge.models.decoder_weights``, a
+tensor-parallel shard's place ``forge.models.decoder_shard``, the rotary tables ``forge.models.rope``;
+their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import torch
 
-from forge.kernels.base import KernelBackend, KVLayer, KVSpec, LinearWeight, PackedLinear
+from forge.kernels.base import KernelBackend, KVLayer, KVSpec, LinearWeight
 from forge.kernels.batch import ForwardBatch
 from forge.models.base import Model, ModelDims
+from forge.models.decoder_shard import Shard, TensorParallelGroup
+from forge.models.decoder_weights import DecoderLayer, TensorReader, apply_linear
+from forge.models.rope import RopeParams, rope_cos_sin, rope_inv_freq
 from forge.tokenizers.base import Tokenizer
 
-
-def apply_linear(backend: KernelBackend, x: torch.Tensor, weight: LinearWeight) -> torch.Tensor:
-    return weight(x) if isinstance(weight, PackedLinear) else backend.linear(x, weight)
-
-
-class RopeParams(Protocol):
-    """What a rotary table is built from (every family's config is one)."""
-
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def rope_theta(self) -> float: ...
-    @property
-    def rope_scaling(self) -> dict[str, Any] | None: ...
-    @property
-    def max_position(self) -> int: ...
+__all__ = [
+    "DecoderConfig",
+    "DecoderLayer",
+    "DecoderModel",
+    "RopeParams",
+    "Shard",
+    "TensorParallelGroup",
+    "TensorReader",
+    "apply_linear",
+    "rope_cos_sin",
+    "rope_inv_freq",
+]
 
 
 class DecoderConfig(RopeParams, Protocol):
@@ -64,110 +64,6 @@ class DecoderConfig(RopeParams, Protocol):
     def num_kv_heads(self) -> int: ...
     @property
     def rms_norm_eps(self) -> float: ...
-
-
-def rope_inv_freq(config: RopeParams) -> torch.Tensor:
-    d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    scaling = config.rope_scaling or {}
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind == "llama3":
-        factor = float(scaling["factor"])
-        low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
-        old_len = float(scaling["original_max_position_embeddings"])
-        wavelen = 2 * math.pi / inv_freq
-        smooth = (old_len / wavelen - low) / (high - low)
-        scaled = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        inv_freq = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
-        inv_freq = torch.where(mid, scaled, inv_freq)
-    elif kind == "linear":
-        inv_freq = inv_freq / float(scaling["factor"])
-    elif kind == "freq_factors":  # llama.cpp's ``rope_freqs`` tensor: one divisor per frequency
-        factors = torch.tensor(scaling["factors"], dtype=torch.float64)
-        if factors.shape != inv_freq.shape:
-            raise ValueError(f"rope freq_factors has {factors.numel()} entries, head_dim/2 is {inv_freq.numel()}")
-        inv_freq = inv_freq / factors
-    elif kind not in (None, "default"):
-        raise ValueError(f"unsupported rope_scaling type {kind!r}")
-    return inv_freq
-
-
-def rope_cos_sin(config: RopeParams, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``[max_position, head_dim]``: cos of each frequency, then sin; both times the scaling's
-    ``attention_factor`` when it has one (LongRoPE's)."""
-    t = torch.arange(config.max_position, dtype=torch.float64)
-    freqs = torch.outer(t, rope_inv_freq(config))
-    factor = float((config.rope_scaling or {}).get("attention_factor", 1.0))
-    return (torch.cat((freqs.cos(), freqs.sin()), dim=-1) * factor).to(dtype=dtype, device=device)
-
-
-class TensorParallelGroup(Protocol):
-    """The collectives a tensor-parallel shard of a model calls inside its forward, in the same order
-    on every rank (``forge.parallel.group`` implements them on ``torch.distributed``)."""
-
-    @property
-    def rank(self) -> int: ...
-    @property
-    def world_size(self) -> int: ...
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """The element-wise sum of ``x`` over the ranks."""
-        ...
-
-    def gather_columns(self, x: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
-        """Every rank's ``x`` (rank ``r``'s has ``widths[r]`` columns) side by side, in rank order."""
-        ...
-
-
-@dataclass(frozen=True)
-class Shard:
-    """A tensor-parallel shard's place: its group, its vocabulary rows ``[vocab_start, vocab_end)``
-    and every rank's vocabulary width (for gathering the logits)."""
-
-    group: TensorParallelGroup
-    vocab_start: int
-    vocab_end: int
-    vocab_widths: tuple[int, ...]
-
-
-@dataclass
-class DecoderLayer:
-    """The weights every decoder layer has; a family's layer adds its own (biases, extra norms)."""
-
-    LINEARS: ClassVar[tuple[str, ...]] = ("wqkv", "wo", "w_gate_up", "w_down")
-
-    attn_norm: torch.Tensor
-    wqkv: LinearWeight
-    wo: LinearWeight
-    mlp_norm: torch.Tensor
-    w_gate_up: LinearWeight
-    w_down: LinearWeight
-
-
-class TensorReader:
-    """Hugging Face-named checkpoint tensors cast to the model's dtype and device; a missing one is a
-    ``KeyError`` naming it (the loaders turn it into their own error)."""
-
-    def __init__(self, state: dict[str, torch.Tensor], dtype: torch.dtype, device: str | torch.device) -> None:
-        self.state = state
-        self.dtype = dtype
-        self.device = device
-
-    def raw(self, name: str) -> torch.Tensor:
-        if name not in self.state:
-            raise KeyError(f"checkpoint lacks tensor {name!r}")
-        return self.state[name]
-
-    def get(self, name: str) -> torch.Tensor:
-        return self.raw(name).to(device=self.device, dtype=self.dtype)
-
-    def linear(self, name: str) -> torch.Tensor:
-        """A ``[out, in]`` checkpoint weight as ``[in, out]``."""
-        return self.get(name).t().contiguous()
-
-    def fused(self, *names: str) -> torch.Tensor:
-        """Several linear weights side by side (``[in, sum of out]``): fused QKV, gate/up."""
-        return torch.cat([self.linear(n) for n in names], dim=1).contiguous()
 
 
 ConfigT = TypeVar("ConfigT", bound=DecoderConfig)

@@ -11,7 +11,7 @@ from typing import Any
 
 from forge.models.family import CheckpointError
 
-# rope_scaling types ``forge.models.decoder.rope_inv_freq`` computes
+# rope_scaling types ``forge.models.rope.rope_inv_freq`` computes
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
