@@ -43,8 +43,9 @@ def test_cached_keys_cost_their_pairs_at_the_cached_efficiency() -> None:
 
 
 def test_a_step_with_nothing_cached_costs_what_one_efficiency_charges() -> None:
-    with_term = OperatorCostModel(LLAMA, A100)
-    without = OperatorCostModel(LLAMA, dataclasses.replace(A100, prefill_cached_attn_flops_efficiency=None))
+    flat = dataclasses.replace(A100, prefill_attn_profile=None)  # one causal efficiency (a preset without a profile)
+    with_term = OperatorCostModel(LLAMA, flat)
+    without = OperatorCostModel(LLAMA, dataclasses.replace(flat, prefill_cached_attn_flops_efficiency=None))
     for batch in (chunk(2048, 0), BatchShape([512, 700, 1], [512, 700, 300], 3)):
         assert with_term.step_time(batch) == without.step_time(batch)  # bit for bit
     cached = chunk(512, 2048)

@@ -13,6 +13,7 @@ import yaml
 
 from forge.models.base import ModelDims
 from forge.sim.decode_attention import DecodeAttentionProfile, EfficiencyColumn
+from forge.sim.prefill_attention import PrefillAttentionProfile
 from forge.sim.step_sums import StepSums, SummedCostModel
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardware"
@@ -24,7 +25,9 @@ class OperatorConstants:
 
     Decode attention's bandwidth efficiency is either a measured table (``decode_attn_profile``,
     by (request, KV head) pairs and context) or, for a GPU without one, the context curve
-    ``decode_attn_bw_efficiency · (1 − 2^(−c / decode_attn_half_context))``; a preset gives one of the two."""
+    ``decode_attn_bw_efficiency · (1 − 2^(−c / decode_attn_half_context))``; a preset gives one of the two.
+    Prefill attention's causal pairs run at ``prefill_attn_flops_efficiency`` of peak, or, where the preset
+    gives a measured ``prefill_attn_profile``, take the time it gives for their work."""
 
     name: str
     peak_flops: float
@@ -41,6 +44,7 @@ class OperatorConstants:
     decode_attn_half_context: float | None = None
     decode_attn_profile: DecodeAttentionProfile | None = None
     prefill_cached_attn_flops_efficiency: float | None = None
+    prefill_attn_profile: PrefillAttentionProfile | None = None
 
     @classmethod
     def load(cls, hardware: str, directory: Path = HARDWARE_DIR) -> OperatorConstants:
@@ -54,15 +58,17 @@ class OperatorConstants:
         data = yaml.safe_load(path.read_text())
         names = {f.name for f in fields(cls)}
         optional = {"step_overhead_s", "decode_attn_profile", "decode_attn_bw_efficiency", "decode_attn_half_context"}
-        optional |= {"prefill_cached_attn_flops_efficiency"}
+        optional |= {"prefill_cached_attn_flops_efficiency", "prefill_attn_profile"}
         missing = sorted(names - set(data) - optional)
         unknown = sorted(set(data) - names)
         if missing or unknown:
             raise ValueError(f"{path}: missing {missing}, unknown {unknown}")
-        profile = data.pop("decode_attn_profile", None)
+        profile, prefill = data.pop("decode_attn_profile", None), data.pop("prefill_attn_profile", None)
         try:
             table = None if profile is None else DecodeAttentionProfile.from_yaml(profile)
-            return cls(name=str(data.pop("name")), decode_attn_profile=table, **{k: float(v) for k, v in data.items()})
+            prefill_table = None if prefill is None else PrefillAttentionProfile.from_yaml(prefill)
+            numbers = {k: float(v) for k, v in data.items() if k != "name"}
+            return cls(str(data["name"]), decode_attn_profile=table, prefill_attn_profile=prefill_table, **numbers)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
 
@@ -96,12 +102,14 @@ class OperatorCostModel(SummedCostModel):
       efficiency the GPU's measured ``decode_attn_profile`` gives for its (request, KV head) pairs and
       c (``forge/sim/decode_attention.py``), or else at ``bw · e_attn · (1 − 2^(−c / c_half))``
       (short contexts do too little work per thread block to reach the bandwidth);
-    - prefill attention: causal (query, key) pairs at ``prefill_attn_flops_efficiency`` of peak. With
-      one efficiency this equals Vidur's lookup of several prompts as one of length sqrt(Σq²):
-      Σ q²/2 pairs either way. The pairs whose keys were cached before the step (a chunk after
-      earlier chunks or a prefix-cache hit: Σ q·start) run at ``prefill_cached_attn_flops_efficiency``
-      where a preset gives one (a dense block of keys, no causal mask: the kernel runs near its
-      peak; on Vidur's A100 profile 3x the masked part's efficiency), else at the causal one;
+    - prefill attention: causal (query, key) pairs at ``prefill_attn_flops_efficiency`` of peak, or
+      the time the GPU's measured ``prefill_attn_profile`` gives for their work (pairs x heads x head
+      size, ``forge/sim/prefill_attention.py``). Either way a step's pairs are charged together, which
+      equals Vidur's lookup of several prompts as one of length sqrt(Σq²): Σ q²/2 pairs either way.
+      The pairs whose keys were cached before the step (a chunk after earlier chunks or a prefix-cache
+      hit: Σ q·start) run at ``prefill_cached_attn_flops_efficiency`` where a preset gives one (a dense
+      block of keys, no causal mask: the kernel runs near its peak; on Vidur's A100 profile 3x the
+      masked part's efficiency), else as causal ones;
     - small operators (norms, RoPE, activation, residual add): a floor plus a cost per token;
     - with N > 1, two all-reduces of the step's hidden states (after attention and after the MLP).
 
@@ -140,6 +148,8 @@ class OperatorCostModel(SummedCostModel):
         self.hidden_bytes = d.hidden_size * bpp
         profile = c.decode_attn_profile
         self._grid = None if profile is None else profile.at(c.mem_bw)
+        self._prefill = None if c.prefill_attn_profile is None else c.prefill_attn_profile.curve()
+        self.pair_work = (d.num_heads // n) * d.head_dim  # one causal pair's work in the profile's units
         self._terms_of: dict[int, CountTerms] = {}  # per count, computed on first use
 
     def terms(self, count: int) -> CountTerms:
@@ -181,13 +191,24 @@ class OperatorCostModel(SummedCostModel):
         if s.num_decodes:
             t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
         cached, cached_s = s.prefill_cached_pairs, self.cached_pair_flop_s
-        if cached and cached_s is not None:  # else the bits of the one-efficiency sum
+        if self._prefill is not None:
+            t += self._prefill_time(s.prefill_pairs, cached)
+        elif cached and cached_s is not None:  # else the bits of the one-efficiency sum
             t += self.pair_flop_s * (s.prefill_pairs - cached) + cached_s * cached
         else:
             t += self.pair_flop_s * s.prefill_pairs
         if self.tp > 1:
             t += terms.all_reduces
         return t
+
+    def _prefill_time(self, pairs: float, cached: int) -> float:
+        """One layer's prefill attention with a measured profile: the causal pairs by the profile, those
+        over cached keys at ``prefill_cached_attn_flops_efficiency`` (else as causal ones)."""
+        assert self._prefill is not None
+        cached_s = self.cached_pair_flop_s
+        causal = pairs - cached if cached_s is not None else pairs
+        t = self._prefill.time(causal * self.pair_work) if causal > 0 else 0.0
+        return t + cached_s * cached if cached_s is not None and cached else t
 
     def time_of(self, sums: StepSums) -> float:
         terms = self.terms(sums.tokens)
