@@ -106,8 +106,9 @@ def notes(df: pd.DataFrame) -> list[str]:
         "Both cost models charge GPU time only, as Vidur does by default (`skip_cpu_overhead_modeling`). The"
         " operator model's constants (conf/hardware/a100.yaml) come from the A100 datasheet and Vidur's measured"
         " profiles: its MLP and NCCL CSVs, and the decode-attention medians of its attention CSV (a table by batch"
-        " and context, read as bandwidth efficiency by (request x KV head) pairs; forge/sim/decode_attention.py),"
-        " not from the step times or workload results above.",
+        " and context, read as bandwidth efficiency by (request x KV head) pairs; forge/sim/decode_attention.py)"
+        " and the prefill-attention medians of its single prompts with nothing cached (a table by prompt length,"
+        " charged by work; forge/sim/prefill_attention.py), not from the step times or workload results above.",
         f"Decode attention needs the batch dimension: on Vidur's A100 profile 8 requests at context 1,024 reach"
         f" {eff[8]:.0%} of the HBM bandwidth, 128 requests {eff[128]:.0%} (too few thread blocks to fill the GPU)."
         " A context-only efficiency curve (the preset's constants before this table) charges the Poisson"
