@@ -68,10 +68,13 @@ class DecodeRun:
 
     def running_after(self) -> list[int]:
         """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""
+        left, order, num_steps = len(self.num_steps), self.finish_order, self.num_steps
+        if not order:  # no row ends within the run (the common case)
+            return [left] * self.steps
         ended = [0] * self.steps
-        for n, f in zip(self.num_steps, self.finishing, strict=True):
-            ended[n - 1] += f
-        left, out = len(self.num_steps), []
+        for i in order:
+            ended[num_steps[i] - 1] += 1
+        out = []
         for e in ended:
             left -= e
             out.append(left)

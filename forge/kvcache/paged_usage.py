@@ -51,9 +51,12 @@ def decode_run_openings(run: DecodeRun, block_size: int) -> list[tuple[int, int]
     """``(step, row)`` of each position of ``run`` that opens a new block, in the order step-by-step
     ``decode_slot`` calls would allocate them (by step, then row)."""
     bs, num_steps = block_size, run.num_steps
-    # each row's first step whose position lies past its blocks (its position: start + step)
-    firsts = [len(table) * bs - start for table, start in zip(run.block_tables, run.starts, strict=True)]
-    opening = [(j, i) for i, j in enumerate(firsts) if j < num_steps[i]]
+    opening: list[tuple[int, int]] = []
+    append = opening.append
+    for i, (table, start, n) in enumerate(zip(run.block_tables, run.starts, num_steps, strict=True)):
+        j = len(table) * bs - start  # the row's first step whose position lies past its blocks (start + step)
+        if j < n:
+            append((j, i))
     more = [(j + bs, i) for j, i in opening if j + bs < num_steps[i]]  # rows opening several blocks
     while more:
         opening += more

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +35,6 @@ class RequestTimeline:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
 
-
-_request_id = attrgetter("request_id")
 
 SUMMARY_STEP_COLUMNS = (
     ("step", np.int64),
@@ -93,7 +90,8 @@ class MetricsRecorder:
             drafts += c.num_draft_tokens
         decode = sched.num_batched_tokens - prefill - drafts
         decoded = outputs.decoded  # the plain decodes' outputs are their requests (one new token each)
-        for tl, r in zip(map(timelines.__getitem__, map(_request_id, decoded)), decoded, strict=True):
+        for r in decoded:  # (a plain loop: faster than zip over map(timelines.__getitem__, ...) on 3.11)
+            tl = timelines[r.request_id]
             tl.token_times.append(end)
             tl.num_output_tokens = len(r.output_token_ids)
             if r.num_cached_tokens > tl.num_cached_tokens:
@@ -147,11 +145,17 @@ class MetricsRecorder:
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
-        taken, requests = len(ends), run.requests
-        by_row = zip(map(timelines.__getitem__, map(_request_id, requests)), requests, run.num_steps, strict=True)
-        for tl, r, n in by_row:
-            tl.token_times += ends if n == taken else ends[:n]
-            tl.num_output_tokens = len(r.output_token_ids)
+        taken, requests, num_steps = len(ends), run.requests, run.num_steps
+        if min(num_steps, default=taken) == taken:  # every row runs every step (the common case)
+            for r in requests:
+                tl = timelines[r.request_id]
+                tl.token_times += ends
+                tl.num_output_tokens = len(r.output_token_ids)
+        else:
+            for r, n in zip(requests, num_steps, strict=True):
+                tl = timelines[r.request_id]
+                tl.token_times += ends if n == taken else ends[:n]
+                tl.num_output_tokens = len(r.output_token_ids)
         for i in run.finish_order:
             r = run.requests[i]
             tl = timelines[r.request_id]

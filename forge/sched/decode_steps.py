@@ -127,7 +127,7 @@ class DecodeRunSteps(StepUpdates):
             return None
         if policy.rekey_each_step and len(self.waiting):
             self.waiting.rekey()
-        if kv.reserve_decode_run(run) is None:
+        if not kv.reserve_decode_slots(run):
             return None
         step = StepRows()
         budget = self._admit(total - len(run.requests), step) if len(self.waiting) else total - len(run.requests)

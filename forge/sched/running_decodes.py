@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress
-from operator import attrgetter, is_, sub
+from operator import is_, sub
 
 from forge.core.decode_run import DecodeRun
 from forge.core.request import Request, RequestStatus
-
-_computed = attrgetter("num_computed_tokens")
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ class RunningDecodes:
     def run(self, max_steps: int) -> DecodeRun:
         """The next steps of every row, at most ``max_steps``, as a ``DecodeRun`` (sharing these lists)."""
         requests = self.requests
-        starts = list(map(_computed, requests))
+        starts = [r.num_computed_tokens for r in requests]  # (a list comprehension: faster than map here)
         tokens = [r.output_token_ids[-1] for r in requests]
         left = list(map(sub, self.stops, starts))
         if max(left, default=0) <= max_steps:  # every row ends within the run
