@@ -162,12 +162,13 @@ class MetricsRecorder:
             tl.finish_time = ends[run.num_steps[i] - 1]
             tl.finish_reason = r.status.value
             tl.num_preemptions = r.num_preemptions
-        record, step = self.steps.append, len(self.steps)
-        for (rows, _), end, u, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
-            sizes = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
-            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots))
+        record, step, rows = self.steps.append, len(self.steps), len(requests)
+        # a step's rows are those running after the step before (a row that is not finishing runs every step)
+        for end, u, running in zip(ends, kv, run.running_after(), strict=True):
+            slots = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
+            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *slots, u.total_slots))
             step += 1
-            start = end
+            start, rows = end, running
 
     def requests_frame(self) -> pd.DataFrame:
         """One row per request; built column-wise (a 10,000-request run has millions of token times)."""

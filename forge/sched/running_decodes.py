@@ -13,7 +13,7 @@ from forge.core.decode_run import DecodeRun
 from forge.core.request import Request, RequestStatus
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs several times a plain one's; never mutated)
 class RunningDecodes:
     """Row i is ``requests[i]``, running and decoding (``Request.is_decoding``), plain greedy with no
     constraint, ending only at its length limit (EOS ignored, no stop tokens), with block table
