@@ -295,8 +295,8 @@ class Engine:
         them) takes them column-wise (``_joining_step``), then, if it ends before ``next_arrival``, the
         decode run that the next call would take (the same deadline): one call per arrival, the same steps."""
         if self.drafter is None and self.decode_runs:
-            if (done := self._try_decode_run(next_arrival)) is not None:
-                return done
+            if not len(self.scheduler.waiting) and (done := self._try_decode_run(next_arrival)) is not None:
+                return done  # (a run plans nothing while a request waits: an arrival's call goes on to join)
             if (joined := self._joining_step()) is not None:
                 finished = joined.finished
                 if self.clock.now() < next_arrival and (done := self._try_decode_run(next_arrival)) is not None:

@@ -255,6 +255,8 @@ class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeR
         """``run``'s new blocks, in ``decode_slot``'s order: how many each step took (None, nothing taken,
         when the free blocks do not hold them)."""
         opening = decode_run_openings(run, self.block_size)
+        if not opening:
+            return [0] * run.steps
         if len(opening) > self.pool.num_free:
             return None  # some step would wait for a row's free: step by step
         new = self.pool.allocate(len(opening))
