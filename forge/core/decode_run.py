@@ -29,10 +29,15 @@ class DecodeRun:
     num_steps: list[int]
     finishing: list[bool]
     _finish_order: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+    _steps: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
-        return max(self.num_steps)
+        """The most steps of a row (computed once, as ``finish_order``)."""
+        steps = self._steps
+        if not steps:
+            steps = self._steps = max(self.num_steps)
+        return steps
 
     def truncated(self, steps: int) -> DecodeRun:
         """The run's first ``steps`` steps (a row cut short no longer finishes in it)."""
