@@ -6,6 +6,7 @@ per-step metrics (KV usage included) and the same KV cache state, whatever ends 
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from forge.core.request import Request, RequestStatus
 from forge.core.sampling_params import SamplingParams
 from forge.engine.build import build_engine, workload_requests
 from forge.engine.engine import Engine
-from forge.kvcache.base import KVUsage
+from forge.kvcache.base import DecodeRunCache, KVUsage
 from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.sched.running_decodes import RunningDecodes
@@ -188,6 +189,66 @@ def test_a_run_that_does_not_fit_the_free_blocks_is_refused() -> None:
     assert kv.holders() == held and kv.num_free_blocks() == 1  # refused: nothing allocated
     assert kv.reserve_decode_run(run) is not None
     assert run.truncated(2).num_steps == [2] and run.truncated(2).finishing == [False]
+
+
+def test_reserving_the_slots_alone_takes_the_blocks_a_reserved_run_takes() -> None:
+    """``reserve_decode_slots`` (a joining step's reservation, whose usage no one reads) allocates what
+    ``reserve_decode_run`` allocates, in the same order, and refuses, nothing allocated, what it refuses."""
+    caches = [PagedKVCache(KVCacheContext(12, 4)) for _ in range(2)]
+    runs = []
+    for kv in caches:
+        rows = [decoding(kv, f"r{i}", c, 1) for i, c in enumerate((12, 7, 4))]
+        tables = [kv.block_table(r.request_id) for r in rows]
+        runs.append(DecodeRun(rows, [12, 7, 4], [2, 2, 2], tables, [6, 6, 3], [False, False, True]))
+    assert caches[0].reserve_decode_run(runs[0]) is not None
+    assert caches[1].reserve_decode_slots(runs[1]) is True
+    assert caches[0].holders() == caches[1].holders() and caches[0].num_free_blocks() == caches[1].num_free_blocks()
+    kv = caches[1]
+    held, free = kv.holders(), kv.num_free_blocks()
+    rows = runs[1].requests
+    tables = [kv.block_table(r.request_id) for r in rows]
+    too_long = DecodeRun(rows, [12, 7, 4], [2, 2, 2], tables, [40] * 3, [True] * 3)  # 13 blocks for r0 alone
+    assert kv.reserve_decode_slots(too_long) is False
+    assert kv.holders() == held and kv.num_free_blocks() == free
+
+
+class PlanOnlyCache(DecodeRunCache):
+    """A user's ``DecodeRunCache`` with only the abstract methods: its usage-free reservation is its run's."""
+
+    def __init__(self, fits: bool) -> None:
+        self.fits = fits
+        self.reserved: list[DecodeRun] = []
+
+    def decode_run_fits(self, run: DecodeRun) -> bool:
+        return True
+
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
+        self.reserved.append(run)
+        return [KVUsage(16, 1, 0, 0, 0, 15)] if self.fits else None
+
+
+def test_a_cache_without_its_own_slot_reservation_reserves_the_run() -> None:
+    run = DecodeRun([], [], [], [], [1], [False])
+    for fits in (True, False):
+        cache = PlanOnlyCache(fits)
+        assert cache.reserve_decode_slots(run) is fits and cache.reserved == [run]
+
+
+def test_step_shapes_and_running_after_count_each_steps_rows() -> None:
+    """Per step, the rows it holds and their contexts after it, and the rows running after it, against a
+    count of the rows step by step (rows ending early are finishing; a row that is not runs every step)."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        n = rng.randint(1, 7)
+        num_steps = [rng.randint(1, 6) for _ in range(n)]
+        last = max(num_steps)
+        finishing = [k < last or rng.random() < 0.5 for k in num_steps]
+        starts = [rng.randint(0, 90) for _ in range(n)]
+        run = DecodeRun([], starts, [0] * n, [[]] * n, num_steps, finishing)
+        held = [[i for i in range(n) if num_steps[i] > j] for j in range(last)]
+        assert list(run.step_shapes()) == [(len(h), sum(starts[i] + j + 1 for i in h)) for j, h in enumerate(held)]
+        ends = [sum(1 for i in range(n) if finishing[i] and num_steps[i] <= j + 1) for j in range(last)]
+        assert run.running_after() == [n - e for e in ends] and run.steps == last
 
 
 def test_truncation_keeps_the_rows_that_end_within_it() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from forge.core.request import Request
 
@@ -28,10 +29,15 @@ class DecodeRun:
     num_steps: list[int]
     finishing: list[bool]
     _finish_order: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+    _steps: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
-        return max(self.num_steps)
+        """The most steps of a row (computed once, as ``finish_order``)."""
+        steps = self._steps
+        if not steps:
+            steps = self._steps = max(self.num_steps)
+        return steps
 
     def truncated(self, steps: int) -> DecodeRun:
         """The run's first ``steps`` steps (a row cut short no longer finishes in it)."""
@@ -51,27 +57,29 @@ class DecodeRun:
         Lazy: a consumer that stops early pays little for the steps it did not take."""
         num_steps, begin = self.num_steps, self.starts
         rows, starts = len(begin), sum(begin)
-        last_steps = sorted(set(num_steps))  # the steps some row ends after
-        first = 1  # the first step not yet given
-        for end in last_steps[:-1]:  # every row left ends after the last
-            for step in range(first, end + 1):
-                yield rows, starts + rows * step
-            first = end + 1
-            ending = num_steps.count(end)
-            rows -= ending
-            i = -1
-            for _ in range(ending):
-                i = num_steps.index(end, i + 1)
-                starts -= begin[i]
-        for step in range(first, last_steps[-1] + 1):
+        first_end = min(num_steps)
+        for step in range(1, first_end + 1):  # every row runs these steps
             yield rows, starts + rows * step
+        ends = sorted(set(num_steps))  # the steps some row ends after (read once a consumer goes past the first)
+        for ended, end in pairwise(ends):  # the rows that end after step ``ended`` leave
+            count = num_steps.count(ended)
+            rows -= count
+            i = -1
+            for _ in range(count):
+                i = num_steps.index(ended, i + 1)
+                starts -= begin[i]
+            for step in range(ended + 1, end + 1):
+                yield rows, starts + rows * step
 
     def running_after(self) -> list[int]:
         """Per step: how many of the rows are still running after it (the finishing rows end after their last)."""
+        left, order, num_steps = len(self.num_steps), self.finish_order, self.num_steps
+        if not order:  # no row ends within the run (the common case)
+            return [left] * self.steps
         ended = [0] * self.steps
-        for n, f in zip(self.num_steps, self.finishing, strict=True):
-            ended[n - 1] += f
-        left, out = len(self.num_steps), []
+        for i in order:
+            ended[num_steps[i] - 1] += 1
+        out = []
         for e in ended:
             left -= e
             out.append(left)

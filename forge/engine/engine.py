@@ -167,7 +167,8 @@ class Engine:
         self.runner.close()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.num_unfinished > 0
+        scheduler = self.scheduler
+        return bool(scheduler.running) or scheduler.num_unfinished > 0  # (running: the common case, checked first)
 
     def step(self) -> list[RequestOutput]:
         """One step's outputs: one per request that sampled, including the requests that failed
@@ -291,18 +292,27 @@ class Engine:
         would see ``next_arrival`` (the clock's time of the next request this engine may be given;
         ``math.inf``: none). What ``run`` calls between arrivals, and a cluster for each replica
         (``forge.cluster``). A step whose decodes are every running request's (an arrival joining
-        them) takes them column-wise (``_joining_step``)."""
-        runner = self.runner
+        them) takes them column-wise (``_joining_step``), then, if it ends before ``next_arrival``, the
+        decode run that the next call would take (the same deadline): one call per arrival, the same steps."""
         if self.drafter is None and self.decode_runs:
-            plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
-            if plan is not None and (ends := self._decode_step_ends(plan, next_arrival)):
-                run = plan.truncated(len(ends))
-                if (usage := self.scheduler.start_decode_run(run)) is not None:
-                    return self._decode_run(runner, run, ends, usage)
+            if not len(self.scheduler.waiting) and (done := self._try_decode_run(next_arrival)) is not None:
+                return done  # (a run plans nothing while a request waits: an arrival's call goes on to join)
             if (joined := self._joining_step()) is not None:
-                return joined.finished
+                finished = joined.finished
+                if self.clock.now() < next_arrival and (done := self._try_decode_run(next_arrival)) is not None:
+                    return finished + done if finished else done
+                return finished
         ran = self._step()
         return ran.finished if ran is not None else []
+
+    def _try_decode_run(self, next_arrival: float) -> list[RequestOutput] | None:
+        """The finished outputs of the decode run up to ``next_arrival``; None, nothing changed, if none is taken."""
+        plan = self.scheduler.plan_decode_run(MAX_RUN_STEPS)
+        if plan is not None and (ends := self._decode_step_ends(plan, next_arrival)):
+            run = plan.truncated(len(ends))
+            if (usage := self.scheduler.start_decode_run(run)) is not None:
+                return self._decode_run(self.runner, run, ends, usage)
+        return None
 
     def _joining_step(self) -> StepOutputs | None:
         """``_step``, when the step is every running request's plain decode and then admissions (an arrival

@@ -179,10 +179,16 @@ class DecodeRunCache(ABC):
     - ``reserve_decode_run(run)`` then allocates its slots as its steps' ``decode_slot`` calls would,
       in the same order, and returns each step's ``usage`` of the requests still running after it (the
       finishing rows freed after their last); or None, nothing allocated, when the free blocks do not
-      hold the run (a step would wait)."""
+      hold the run (a step would wait). ``reserve_decode_slots(run)``: the same reservation, the usage
+      not returned (True: reserved)."""
 
     @abstractmethod
     def decode_run_fits(self, run: DecodeRun) -> bool: ...
 
     @abstractmethod
     def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None: ...
+
+    def reserve_decode_slots(self, run: DecodeRun) -> bool:
+        """``reserve_decode_run`` for a caller that reads no usage (a joining step, whose admissions change
+        it): whether it reserved. A cache may skip computing the usage; this one does not."""
+        return self.reserve_decode_run(run) is not None

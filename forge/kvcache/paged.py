@@ -242,9 +242,22 @@ class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeR
         return self._plain and not shared and len(self._pages) == len(run.requests)
 
     def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
-        opening = decode_run_openings(run, self.block_size)
         free_before = self.pool.num_free
-        if len(opening) > free_before:
+        allocated = self._reserve(run)
+        if allocated is None:
+            return None
+        return decode_run_usage(run, self.num_blocks, self.block_size, free_before, allocated)
+
+    def reserve_decode_slots(self, run: DecodeRun) -> bool:
+        return self._reserve(run) is not None
+
+    def _reserve(self, run: DecodeRun) -> list[int] | None:
+        """``run``'s new blocks, in ``decode_slot``'s order: how many each step took (None, nothing taken,
+        when the free blocks do not hold them)."""
+        opening = decode_run_openings(run, self.block_size)
+        if not opening:
+            return [0] * run.steps
+        if len(opening) > self.pool.num_free:
             return None  # some step would wait for a row's free: step by step
         new = self.pool.allocate(len(opening))
         assert new is not None
@@ -255,4 +268,4 @@ class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeR
             row.blocks[0].append(block)
             row.tables[0].append(block.block_id)
             allocated[j] += 1
-        return decode_run_usage(run, self.num_blocks, self.block_size, free_before, allocated)
+        return allocated

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +35,6 @@ class RequestTimeline:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
 
-
-_request_id = attrgetter("request_id")
 
 SUMMARY_STEP_COLUMNS = (
     ("step", np.int64),
@@ -93,7 +90,8 @@ class MetricsRecorder:
             drafts += c.num_draft_tokens
         decode = sched.num_batched_tokens - prefill - drafts
         decoded = outputs.decoded  # the plain decodes' outputs are their requests (one new token each)
-        for tl, r in zip(map(timelines.__getitem__, map(_request_id, decoded)), decoded, strict=True):
+        for r in decoded:  # (a plain loop: faster than zip over map(timelines.__getitem__, ...) on 3.11)
+            tl = timelines[r.request_id]
             tl.token_times.append(end)
             tl.num_output_tokens = len(r.output_token_ids)
             if r.num_cached_tokens > tl.num_cached_tokens:
@@ -147,23 +145,30 @@ class MetricsRecorder:
         KV usage ``kv[j]``), its rows' new tokens appended and its finishing rows finished."""
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
-        taken, requests = len(ends), run.requests
-        by_row = zip(map(timelines.__getitem__, map(_request_id, requests)), requests, run.num_steps, strict=True)
-        for tl, r, n in by_row:
-            tl.token_times += ends if n == taken else ends[:n]
-            tl.num_output_tokens = len(r.output_token_ids)
+        taken, requests, num_steps = len(ends), run.requests, run.num_steps
+        if min(num_steps, default=taken) == taken:  # every row runs every step (the common case)
+            for r in requests:
+                tl = timelines[r.request_id]
+                tl.token_times += ends
+                tl.num_output_tokens = len(r.output_token_ids)
+        else:
+            for r, n in zip(requests, num_steps, strict=True):
+                tl = timelines[r.request_id]
+                tl.token_times += ends if n == taken else ends[:n]
+                tl.num_output_tokens = len(r.output_token_ids)
         for i in run.finish_order:
             r = run.requests[i]
             tl = timelines[r.request_id]
             tl.finish_time = ends[run.num_steps[i] - 1]
             tl.finish_reason = r.status.value
             tl.num_preemptions = r.num_preemptions
-        record, step = self.steps.append, len(self.steps)
-        for (rows, _), end, u, running in zip(run.step_shapes(), ends, kv, run.running_after(), strict=True):
-            sizes = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
-            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *sizes, u.total_slots))
+        record, step, rows = self.steps.append, len(self.steps), len(requests)
+        # a step's rows are those running after the step before (a row that is not finishing runs every step)
+        for end, u, running in zip(ends, kv, run.running_after(), strict=True):
+            slots = (u.token_slots, u.reserved_slots, u.internal_frag_slots, u.external_frag_slots, u.free_slots)
+            record((step, start, end, rows, rows, 0, rows, 0, 0, 0, running, 0, u.used_fraction, *slots, u.total_slots))
             step += 1
-            start = end
+            start, rows = end, running
 
     def requests_frame(self) -> pd.DataFrame:
         """One row per request; built column-wise (a 10,000-request run has millions of token times)."""

@@ -7,15 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress
-from operator import attrgetter, is_, sub
+from operator import is_, sub
 
 from forge.core.decode_run import DecodeRun
 from forge.core.request import Request, RequestStatus
 
-_computed = attrgetter("num_computed_tokens")
 
-
-@dataclass(frozen=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs several times a plain one's; never mutated)
 class RunningDecodes:
     """Row i is ``requests[i]``, running and decoding (``Request.is_decoding``), plain greedy with no
     constraint, ending only at its length limit (EOS ignored, no stop tokens), with block table
@@ -61,7 +59,7 @@ class RunningDecodes:
     def run(self, max_steps: int) -> DecodeRun:
         """The next steps of every row, at most ``max_steps``, as a ``DecodeRun`` (sharing these lists)."""
         requests = self.requests
-        starts = list(map(_computed, requests))
+        starts = [r.num_computed_tokens for r in requests]  # (a list comprehension: faster than map here)
         tokens = [r.output_token_ids[-1] for r in requests]
         left = list(map(sub, self.stops, starts))
         if max(left, default=0) <= max_steps:  # every row ends within the run
