@@ -79,10 +79,10 @@ def dense_rows(mlp_csv: Path) -> list[dict[str, Any]]:
     ]
 
 
-def measured_attention(vidur_src: Path) -> None:
+def measured_attention(vidur_src: Path) -> dict[str, str]:
     """Whole steps compare forge with Vidur's measured attention: a checkout set up with forge's own
     computed profile (``vidur_setup.sh --computed-attention``, labelled in ``ATTENTION_PROFILE``) would
-    compare forge with itself, and is refused in one line."""
+    compare forge with itself, and is refused in one line. Returns the record (label, sha256, origin)."""
     record = vidur_src / "ATTENTION_PROFILE"
     label = dict(ln.split("=", 1) for ln in record.read_text().splitlines() if "=" in ln) if record.is_file() else {}
     if label.get("label") == "computed":
@@ -90,6 +90,7 @@ def measured_attention(vidur_src: Path) -> None:
             f"{record}: the attention profile there is forge's computed one, not Vidur's measurements; "
             "whole steps would compare forge with itself (install the measured attention.csv with vidur_setup.sh)"
         )
+    return label
 
 
 def step_rows(vidur_python: str, vidur_src: Path) -> list[dict[str, Any]]:
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.vidur_src / MLP).is_file():
         raise SystemExit(f"{args.vidur_src / MLP} not found (benchmarks/vidur_setup.sh lays Vidur's source out)")
     rows = dense_rows(args.vidur_src / MLP)
+    profile = measured_attention(args.vidur_src) if args.vidur_python else {}
     if args.vidur_python:
         rows += step_rows(args.vidur_python, args.vidur_src)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +179,12 @@ def main(argv: list[str] | None = None) -> None:
     prov = provenance() | {"command": "python -m experiments.cost_grid " + " ".join(argv or sys.argv[1:])}
     intro = "\n\n".join(__doc__.split("\n\n")[2:])
     md = header("forge's cost model against Vidur on a grid of shapes", intro, prov)
+    if profile:
+        md += [
+            f"Vidur's attention profile for the whole steps: `{profile.get('label', 'unlabelled')}`, sha256 "
+            f"`{profile.get('sha256', '?')[:12]}` ({profile.get('origin', 'origin not recorded')}).",
+            "",
+        ]
     md += section("forge ÷ Vidur per region", [table(dist, cols, fmt)])
     misses = dense_misses(rows)
     md += section(
