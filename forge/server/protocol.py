@@ -1,4 +1,10 @@
-"""OpenAI request bodies (with vLLM's and forge's extras) and the OpenAI error shape."""
+"""OpenAI request bodies (with vLLM's and forge's extras) and the OpenAI error shape.
+
+This module holds the sampling fields completions and chat share and those two bodies. Its parts,
+whose names are imported from here: ``protocol_common`` (``APIError``, the refusal of undeclared
+fields, ``Strict``, the int64 bounds), ``protocol_messages`` (chat messages and tool definitions) and
+``protocol_endpoints`` (the bodies of ``/tokenize``, ``/detokenize``, ``/v1/batches``, ``/generate``
+and ``/v1/embeddings``)."""
 
 from __future__ import annotations
 
@@ -14,57 +20,72 @@ from forge.core.sampling_params import (
     SEED_MIN,
     TEMPERATURE_MIN,
 )
+from forge.server.protocol_common import (
+    HARMLESS_FIELDS,
+    INT64_MAX,
+    INT64_MIN,
+    APIError,
+    Strict,
+    TokenId,
+    refuse_unknown_fields,
+)
+from forge.server.protocol_endpoints import (
+    CreateBatchRequest,
+    DetokenizeRequest,
+    EmbeddingRequest,
+    GenerateRequest,
+    TokenizeRequest,
+)
+from forge.server.protocol_messages import (
+    ChatMessage,
+    ContentPart,
+    FunctionDef,
+    NamedFunction,
+    NamedToolChoice,
+    ToolCall,
+    ToolCallFunction,
+    ToolDef,
+)
+
+__all__ = [
+    "HARMLESS_FIELDS",
+    "INT64_MAX",
+    "INT64_MIN",
+    "LOGIT_BIAS_MAX",
+    "SERVED_TEMPERATURE_MAX",
+    "APIError",
+    "Bias",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "ContentPart",
+    "CreateBatchRequest",
+    "DetokenizeRequest",
+    "EmbeddingRequest",
+    "FunctionDef",
+    "GenerateRequest",
+    "JSONSchemaFormat",
+    "NamedFunction",
+    "NamedToolChoice",
+    "Penalty",
+    "ResponseFormat",
+    "SamplingFields",
+    "StreamOptions",
+    "Strict",
+    "StructuredOutputs",
+    "TokenId",
+    "TokenizeRequest",
+    "ToolCall",
+    "ToolCallFunction",
+    "ToolDef",
+    "refuse_unknown_fields",
+]
 
 # OpenAI's bound (the library's SamplingParams allows up to TEMPERATURE_MAX).
 SERVED_TEMPERATURE_MAX = 2.0
 LOGIT_BIAS_MAX = 100.0
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 Penalty = Annotated[float, Field(ge=-PENALTY_MAX, le=PENALTY_MAX, allow_inf_nan=False)]
 Bias = Annotated[float, Field(ge=-LOGIT_BIAS_MAX, le=LOGIT_BIAS_MAX, allow_inf_nan=False)]
-TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
-
-
-class APIError(Exception):
-    """Answered as ``{"error": {"message", "type", "param", "code"}}`` with ``status``."""
-
-    def __init__(
-        self,
-        message: str,
-        status: int = 400,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-# OpenAI fields that change nothing forge returns (bookkeeping for OpenAI's platform): accepted
-# and ignored. Any other field a request model does not declare is refused with a 400 naming it.
-HARMLESS_FIELDS = frozenset({"user", "metadata", "store", "service_tier"})
-
-
-def refuse_unknown_fields(body: BaseModel) -> None:
-    """A 400 naming the first field ``body`` does not declare, unless it is one of HARMLESS_FIELDS."""
-    unknown = sorted(set(body.model_extra or {}) - HARMLESS_FIELDS)
-    if unknown:
-        shown = unknown[0][:64]
-        raise APIError(f"unsupported field {shown!r}", param=shown, code="unsupported_field")
-
-
-class Strict(BaseModel):
-    """A request part: strict types ("5" is not an int) and unknown fields refused."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class StreamOptions(Strict):
@@ -177,63 +198,6 @@ class CompletionRequest(SamplingFields):
     early_stopping: bool = False
 
 
-class ContentPart(Strict):
-    type: str
-    text: str | None = None
-
-
-class ToolCallFunction(Strict):
-    name: str
-    arguments: str
-
-
-class ToolCall(Strict):
-    id: str
-    type: Literal["function"] = "function"
-    function: ToolCallFunction
-
-
-class FunctionDef(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ToolDef(Strict):
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class NamedFunction(Strict):
-    name: str
-
-
-class NamedToolChoice(Strict):
-    type: Literal["function"]
-    function: NamedFunction
-
-
-class ChatMessage(Strict):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        parts = []
-        for p in self.content:
-            if p.type != "text" or p.text is None:
-                raise APIError(f"content part type {p.type!r} is not supported (text only)", param="messages")
-            parts.append(p.text)
-        return "".join(parts)
-
-
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = Field(default=None, le=INT64_MAX)  # >= 1: checked as max_tokens
@@ -246,66 +210,3 @@ class ChatCompletionRequest(SamplingFields):
     continue_final_message: bool = False
     echo: bool = False
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: extra variables for the chat template
-
-
-class TokenizeRequest(BaseModel):
-    """vLLM's ``/tokenize`` body (strict types; other fields refused, as ``SamplingFields``')."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
-    tools: list[ToolDef] | None = None
-    add_special_tokens: bool = True
-    add_generation_prompt: bool = True
-
-    def check_known_fields(self) -> None:
-        refuse_unknown_fields(self)
-
-
-class DetokenizeRequest(BaseModel):
-    """vLLM's ``/detokenize`` body: token ids are integers ("5", 5.0 and true are not)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: str | None = None
-    tokens: list[int]
-
-    def check_known_fields(self) -> None:
-        refuse_unknown_fields(self)
-
-
-class CreateBatchRequest(Strict):
-    """POST /v1/batches."""
-
-    input_file_id: str = Field(max_length=128)
-    endpoint: str = Field(max_length=128)
-    completion_window: str = Field(max_length=16)
-    metadata: dict[str, str] | None = None
-
-
-class GenerateRequest(Strict):
-    """POST /generate (forge-infer's shape): a prompt and at most ``max_tokens`` greedy tokens."""
-
-    prompt: str
-    max_tokens: int = Field(default=32, ge=1, le=INT64_MAX)
-
-
-class EmbeddingRequest(BaseModel):
-    """OpenAI's embeddings body: ``input`` a string, strings, token ids or lists of token ids;
-    ``encoding_format`` ``float`` or ``base64`` (little-endian float32); ``dimensions`` only as the
-    model's own size (its output is not Matryoshka-trained, so truncation is refused)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: str
-    input: str | list[str] | list[TokenId] | list[list[TokenId]]
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, ge=1, le=INT64_MAX)
-    user: str | None = None
-    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)  # vLLM's extension, as in completions
-
-    def check_known_fields(self) -> None:
-        """As ``SamplingFields.check_known_fields``."""
-        refuse_unknown_fields(self)
