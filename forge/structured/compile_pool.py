@@ -12,36 +12,23 @@ their socket closes, and an ``RLIMIT_CPU`` of twice the timeout per compile stop
 server vanished mid-compile. ``compile_workers`` threads of this process each drive one worker, so that
 many compiles run at once and the event loop only awaits; up to ``max_pending_compiles`` more
 wait for a thread, beyond that ``CompileBusy`` (the server answers 503). Artefacts come back
-pickled (``GrammarBuilder`` contract); only successful compiles enter the backend's cache.
+pickled (``GrammarBuilder`` contract); only successful compiles enter the backend's cache. The
+worker's side (its loop, its limits, launching and killing one) is in ``forge.structured.compile_worker``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import queue
-import resource
-import socket
-import subprocess
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 
-from forge.structured.base import (
-    ConstraintSpec,
-    Grammar,
-    GrammarBuilder,
-    GrammarError,
-    GrammarTooLarge,
-    StructuredBackend,
-)
+from forge.structured.base import ConstraintSpec, Grammar, GrammarError, GrammarTooLarge, StructuredBackend
+from forge.structured.compile_worker import WorkerProcess, serve
 
-_JOIN_S = 5.0
 _START_S = 120.0  # a spawned worker imports torch (xgrammar) on a possibly loaded machine
 
 
@@ -60,79 +47,6 @@ class CompileBusy(Exception):
     failed to start (the server answers 503)."""
 
 
-def _limit_address_space(extra_mb: int) -> None:
-    """Cap this process's address space at its current size plus ``extra_mb``."""
-    try:
-        with open("/proc/self/statm") as f:
-            current = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # no procfs: no memory cap (the time limit still holds)
-        return
-    limit = current + (extra_mb << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def _limit_cpu(seconds: float) -> None:
-    """SIGXCPU (which ends the process) after ``seconds`` more CPU time: a compile whose server
-    died (so nobody kills it at the timeout) still stops."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (int(usage.ru_utime + usage.ru_stime + seconds) + 1, hard))
-
-
-def serve(conn: Connection) -> None:
-    """A worker's loop: ``(builder, memory_mb, timeout_s)`` first, then ``(spec, max_states)`` in
-    and ``(kind, artefact or message)`` out."""
-    builder, memory_mb, timeout_s = conn.recv()
-    assert isinstance(builder, GrammarBuilder)
-    _limit_address_space(memory_mb)
-    conn.send(("ready", None))
-    while True:
-        try:
-            spec, max_states = conn.recv()
-        except EOFError:
-            return
-        _limit_cpu(2 * timeout_s)
-        try:
-            reply: tuple[str, object] = ("ok", builder.build(spec, max_states))
-        except GrammarTooLarge as exc:
-            reply = ("too_large", str(exc))
-        except GrammarError as exc:
-            reply = ("error", str(exc))
-        except MemoryError:
-            reply = ("memory", "")
-        conn.send(reply)
-
-
-@dataclass(eq=False)
-class _Worker:
-    process: subprocess.Popen[bytes]
-    conn: Connection
-
-    def kill(self) -> None:
-        self.conn.close()
-        if self.process.poll() is None:
-            self.process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):  # it was sent SIGKILL: the OS reaps it
-            self.process.wait(_JOIN_S)
-
-    @classmethod
-    def launch(cls) -> _Worker:
-        """``python -m forge.structured.compile_pool FD``: a fresh interpreter that imports only
-        what the builder needs (not the server's ``__main__``, as multiprocessing's spawn would)."""
-        ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parents[2])  # this forge, whatever else is installed
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        fd = theirs.fileno()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "forge.structured.compile_pool", str(fd)],
-            pass_fds=(fd,),
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
-        return cls(process, Connection(ours.detach()))
-
-
 class CompilePool:
     """Compiles ``backend``'s specs within ``backend.limits``; ``await compile(spec)``."""
 
@@ -140,10 +54,10 @@ class CompilePool:
         self.backend = backend
         self.limits = backend.limits
         self._threads = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="grammar-compile")
-        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[WorkerProcess | None] = queue.SimpleQueue()
         for _ in range(self.limits.workers):
             self._idle.put(None)  # started on first use (or by ``start``)
-        self._live: set[_Worker] = set()
+        self._live: set[WorkerProcess] = set()
         self._lock = threading.Lock()
         self._in_flight = 0
         self._closed = False
@@ -242,7 +156,7 @@ class CompilePool:
         self.backend.cache.put(spec, grammar)
         return grammar
 
-    def _ask(self, worker: _Worker, spec: ConstraintSpec, timeout_s: float) -> tuple[str, object]:
+    def _ask(self, worker: WorkerProcess, spec: ConstraintSpec, timeout_s: float) -> tuple[str, object]:
         try:
             worker.conn.send((spec, self.limits.max_states))
             if worker.conn.poll(timeout_s):
@@ -261,10 +175,10 @@ class CompilePool:
             "simplify it or raise structured.compile_memory_mb"
         )
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self) -> WorkerProcess:
         if self._closed:
             raise CompileBusy("the grammar compiler is shut down")
-        worker = _Worker.launch()  # not fork: unsafe in the threaded server process
+        worker = WorkerProcess.launch()  # not fork: unsafe in the threaded server process
         with self._lock:
             self._live.add(worker)
         try:
@@ -277,7 +191,7 @@ class CompilePool:
             raise CompileBusy("a grammar compile worker failed to start; see the server log")
         return worker
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: WorkerProcess) -> None:
         worker.kill()
         with self._lock:
             self._live.discard(worker)
