@@ -166,7 +166,7 @@ MAX_FUNCTION_LINES = 80
 MAX_COMPLEXITY = 20
 # function -> why it is longer (issue 31 asks for exceptions listed with a reason); each still to be split
 LONG_FUNCTIONS = {
-    "forge/kernels/cuda/ops.py:attention": "one kernel launch's arguments, straight-line (complexity 5)",
+    "forge/kernels/cuda/ops_attention.py:attention": "one kernel launch's arguments, straight-line (complexity 5)",
 }
 # packages held to tighter bounds (issue 31: the server as small handlers), with no exceptions
 TIGHTER = {"forge/server": (60, 15)}

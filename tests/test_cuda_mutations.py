@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -85,7 +86,7 @@ def check_decode_int8_cache(dev: Device) -> None:
 @dataclass(frozen=True)
 class Mutation:
     name: str
-    file: str  # a kernel source (.cu/.cuh) or ops.py
+    file: str  # a kernel source (.cu/.cuh), ops.py or one of its parts (ops_*.py)
     old: str
     new: str
     check: Callable[[Device], None]
@@ -214,8 +215,8 @@ NEW_MUTATIONS = [
     Mutation(
         "out-of-bounds: argmax reads one past each row",
         "ops.py",
-        'i64(_rows(logits, "logits")), i32(vocab))',
-        'i64(_rows(logits, "logits")), i32(vocab + 1))',
+        'i64(row_stride(logits, "logits")), i32(vocab))',
+        'i64(row_stride(logits, "logits")), i32(vocab + 1))',
         fp32(check_argmax_ties),
         r"read of 4 bytes .* past the end of the buffer of argument 1 \(logits\)",
         slow=True,
@@ -258,7 +259,7 @@ MUTATIONS = [
     ),
     Mutation(
         "shared memory sized too small",
-        "ops.py",
+        "ops_attention.py",
         "                + (PREFILL_THREADS // 32) * PREFILL_BLOCK_N\n",
         "",
         check_prefill,
@@ -313,18 +314,27 @@ def _device() -> Device:
     return Device("cpu", CudaBackend("cpu", cuda_graphs=False, runtime=runtime), TorchBackend("cpu"), runtime)
 
 
-def _mutated_ops(tmp_path: Path, mutation: Mutation, monkeypatch: pytest.MonkeyPatch) -> type:
-    """``CudaOps`` from a mutated copy of ops.py."""
-    source = (sources.KERNEL_DIR / "ops.py").read_text()
-    assert source.count(mutation.old) == 1, f"{mutation.name}: the text to mutate is not in ops.py once"
-    path = tmp_path / "mutant_ops.py"
-    path.write_text(source.replace(mutation.old, mutation.new))
-    spec = importlib.util.spec_from_file_location("forge_mutant_ops", path)
+def _load(path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The module at ``path``, as ``sys.modules[name]`` for this test."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "forge_mutant_ops", module)  # dataclasses look their module up
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
-    return module.CudaOps
+    return module
+
+
+def _mutated_ops(tmp_path: Path, mutation: Mutation, monkeypatch: pytest.MonkeyPatch) -> type:
+    """``CudaOps`` from a mutated copy of ``mutation.file``: ops.py, or one of its parts (``ops_*.py``), put in
+    ``sys.modules`` under its own name for this test, with ops.py loaded afresh over it."""
+    source = (sources.KERNEL_DIR / mutation.file).read_text()
+    assert source.count(mutation.old) == 1, f"{mutation.name}: the text to mutate is not in {mutation.file} once"
+    path = tmp_path / f"mutant_{mutation.file}"
+    path.write_text(source.replace(mutation.old, mutation.new))
+    if mutation.file == "ops.py":
+        return _load(path, "forge_mutant_ops", monkeypatch).CudaOps
+    _load(path, f"forge.kernels.cuda.{mutation.file.removesuffix('.py')}", monkeypatch)
+    return _load(sources.KERNEL_DIR / "ops.py", "forge_mutant_ops", monkeypatch).CudaOps
 
 
 @pytest.mark.parametrize(
@@ -337,7 +347,7 @@ def test_planted_bug_is_caught(mutation: Mutation, tmp_path: Path, monkeypatch: 
     mutation.check(_device())  # the unmodified sources pass the check
 
     dev = _device()
-    if mutation.file == "ops.py":
+    if mutation.file.endswith(".py"):
         dev.cuda.ops = _mutated_ops(tmp_path, mutation, monkeypatch)(dev.cuda.ops.lib)
     else:
         copy = tmp_path / "kernels"

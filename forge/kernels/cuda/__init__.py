@@ -2,6 +2,7 @@
 
 ``sources`` knows the files and how to compile them, ``compiler`` turns them into CuPy
 kernels launched on torch's current stream, ``ops`` wraps each kernel as a typed function on
-torch tensors (raw device pointers, no copies) and ``quant`` holds the GGUF-quantized weight
-type. Nothing here imports CuPy at import time; ``forge.kernels.cuda_backend`` is the entry.
+torch tensors (raw device pointers, no copies; its parts ``ops_common`` and ``ops_attention``)
+and ``quant`` holds the GGUF-quantized weight type. Nothing here imports CuPy at import time;
+``forge.kernels.cuda_backend`` is the entry.
 """
