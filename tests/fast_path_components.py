@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
+from forge.kvcache.base import KVUsage
 from forge.kvcache.context import KVCacheContext
 from forge.kvcache.paged import PagedKVCache
 from forge.models.presets import model_dims
@@ -165,3 +167,19 @@ class StaircaseWorkload(Workload):
             prompt = [40 + (i * 7 + j + self.seed) % 80 for j in range(12 + 9 * k)]
             specs.append(RequestSpec(f"s{i}", 0.25 * burst, prompt, 8 + 5 * k))
         return specs
+
+
+class RunRefusingPaged(PagedKVCache):
+    """A user cache that declares fast paths and overrides ``reserve_decode_run`` with a rule of its own:
+    it counts each reservation and refuses every one (a cache keeping its blocks for something else), so
+    every decode run and every joining step falls back to stepping."""
+
+    fast_paths = True
+
+    def __init__(self, ctx: KVCacheContext, **settings: Any) -> None:
+        super().__init__(ctx, **settings)
+        self.calls = Calls()
+
+    def reserve_decode_run(self, run: DecodeRun) -> list[KVUsage] | None:
+        self.calls.add("reserve_decode_run")
+        return None

@@ -114,6 +114,19 @@ def test_decode_runs_equal_stepping(case: str) -> None:
         assert taken > len(e1.recorder.steps) // 3  # most decode steps went through runs
 
 
+def test_a_declared_cache_with_its_own_run_reservation_is_asked_at_joining_steps_too() -> None:
+    """A user's paged cache whose ``reserve_decode_run`` refuses every run: its rule holds for the one-step
+    run of a joining step as for a decode run (none of either is taken), with the plain loop's answer."""
+    case = [*POISSON, "kvcache._target_=tests.fast_path_components.RunRefusingPaged"]
+    fast, e1, taken, joined = run(case, decode_runs=True)
+    slow, e2, _, _ = run(case, decode_runs=False)
+    assert fast == slow
+    same_run(e1, e2)
+    assert taken == 0 and joined == 0
+    counts = e1.scheduler.kv.calls.counts  # type: ignore[attr-defined]
+    assert counts["reserve_decode_run"] > 20
+
+
 def test_runs_stop_before_an_arrival_and_at_each_length_limit() -> None:
     """Requests with different lengths and arrivals: the run ends before the step that sees the next
     arrival, and a row whose length limit comes first leaves it at that step."""

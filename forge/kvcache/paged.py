@@ -249,6 +249,8 @@ class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeR
         return decode_run_usage(run, self.num_blocks, self.block_size, free_before, allocated)
 
     def reserve_decode_slots(self, run: DecodeRun) -> bool:
+        if type(self).reserve_decode_run is not PagedKVCache.reserve_decode_run:  # a subclass's own rule decides
+            return super().reserve_decode_slots(run)
         return self._reserve(run) is not None
 
     def _reserve(self, run: DecodeRun) -> list[int] | None:
