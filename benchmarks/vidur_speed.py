@@ -40,14 +40,23 @@ def vidur_command(python: str, out_dir: str, cache_dir: str = "cache") -> list[s
     return [python, "-m", "vidur.main", *vidur_args(spec, out_dir, cache_dir)]
 
 
+def installed_profile(vidur_src: Path) -> dict[str, str]:
+    """The attention profile installed at ``vidur_src`` (``ATTENTION_PROFILE``: label, sha256, origin);
+    empty for a checkout laid out before profiles were labelled."""
+    from experiments.vidur_reference import read_profile_record
+
+    record = vidur_src / "ATTENTION_PROFILE"
+    return read_profile_record(record) if record.is_file() else {}
+
+
 def cache_dir_of(vidur_src: Path) -> str:
     """Vidur's model cache for the attention profile installed at ``vidur_src`` (one per profile, as
     ``experiments/vidur_reference.py`` keeps them); ``cache`` for a checkout laid out before profiles
     were labelled."""
-    from experiments.vidur_reference import profile_cache_dir, read_profile_record
+    from experiments.vidur_reference import profile_cache_dir
 
-    record = vidur_src / "ATTENTION_PROFILE"
-    return profile_cache_dir(read_profile_record(record)) if record.is_file() else "cache"
+    profile = installed_profile(vidur_src)
+    return profile_cache_dir(profile) if profile else "cache"
 
 
 def cpu_seconds(cmd: list[str], cwd: Path, env: dict[str, str]) -> dict[str, float]:
@@ -69,11 +78,8 @@ def one_round(vidur_python: str, vidur_src: Path, tmp: Path, n: int) -> dict[str
 
 
 def profile_of(vidur_src: Path) -> str:
-    """The attention profile installed at ``vidur_src`` (``ATTENTION_PROFILE``): label and digest."""
-    from experiments.vidur_reference import read_profile_record
-
-    record = vidur_src / "ATTENTION_PROFILE"
-    meta = read_profile_record(record) if record.is_file() else {}
+    """The attention profile installed at ``vidur_src``: label and digest."""
+    meta = installed_profile(vidur_src)
     return f"{meta.get('label', 'unrecorded')} {meta.get('sha256', '')[:12]}".strip()
 
 

@@ -83,8 +83,10 @@ def measured_attention(vidur_src: Path) -> dict[str, str]:
     """Whole steps compare forge with Vidur's measured attention: a checkout set up with forge's own
     computed profile (``vidur_setup.sh --computed-attention``, labelled in ``ATTENTION_PROFILE``) would
     compare forge with itself, and is refused in one line. Returns the record (label, sha256, origin)."""
+    from experiments.vidur_reference import read_profile_record
+
     record = vidur_src / "ATTENTION_PROFILE"
-    label = dict(ln.split("=", 1) for ln in record.read_text().splitlines() if "=" in ln) if record.is_file() else {}
+    label = read_profile_record(record) if record.is_file() else {}
     if label.get("label") == "computed":
         raise SystemExit(
             f"{record}: the attention profile there is forge's computed one, not Vidur's measurements; "

@@ -111,8 +111,7 @@ class Engine(EngineRequests):
         self.runner.close()
 
     def has_unfinished(self) -> bool:
-        scheduler = self.scheduler
-        return bool(scheduler.running) or scheduler.num_unfinished > 0  # (running: the common case, checked first)
+        return self.scheduler.has_unfinished
 
     def step(self) -> list[RequestOutput]:
         """One step's outputs: one per request that sampled, including the requests that failed

@@ -146,20 +146,14 @@ class MetricsRecorder:
         timelines = self.requests
         # (a decode never changes a request's num_cached_tokens: only admitting it does, in a step)
         taken, requests, num_steps = len(ends), run.requests, run.num_steps
-        if min(num_steps, default=taken) == taken:  # every row runs every step (the common case)
-            for r in requests:
-                tl = timelines[r.request_id]
-                tl.token_times += ends
-                tl.num_output_tokens = len(r.output_token_ids)
-        else:
-            for r, n in zip(requests, num_steps, strict=True):
-                tl = timelines[r.request_id]
-                tl.token_times += ends if n == taken else ends[:n]
-                tl.num_output_tokens = len(r.output_token_ids)
-        for i in run.finish_order:
-            r = run.requests[i]
+        for r, n in zip(requests, num_steps, strict=True):
             tl = timelines[r.request_id]
-            tl.finish_time = ends[run.num_steps[i] - 1]
+            tl.token_times += ends if n == taken else ends[:n]
+            tl.num_output_tokens = len(r.output_token_ids)
+        for i in run.finish_order:
+            r = requests[i]
+            tl = timelines[r.request_id]
+            tl.finish_time = ends[num_steps[i] - 1]
             tl.finish_reason = r.status.value
             tl.num_preemptions = r.num_preemptions
         record, step, rows = self.steps.append, len(self.steps), len(requests)

@@ -94,6 +94,11 @@ class SchedulerRequests:
         forked = sum(map(len, self._forks.values())) if self._forks else 0
         return len(self.waiting) + len(self.running) + len(self.swapped) + forked
 
+    @property
+    def has_unfinished(self) -> bool:
+        """``num_unfinished > 0``, the running list read first (the common case: nothing else counted)."""
+        return bool(self.running) or self.num_unfinished > 0
+
     def _remove_pending(self, request_id: str) -> Request | None:
         """Take a swapped-out request or a not-yet-forked child out of its queue."""
         for i, r in enumerate(self.swapped):

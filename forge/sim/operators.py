@@ -13,7 +13,7 @@ import yaml
 
 from forge.models.base import ModelDims
 from forge.sim.decode_attention import DecodeAttentionProfile, EfficiencyColumn
-from forge.sim.prefill_attention import PrefillAttentionProfile
+from forge.sim.prefill_attention import PrefillAttentionCurve, PrefillAttentionProfile
 from forge.sim.step_sums import StepSums, SummedCostModel
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "hardware"
@@ -191,8 +191,8 @@ class OperatorCostModel(SummedCostModel):
         if s.num_decodes:
             t += self.decode_attention_time(s.num_decodes, s.decode_context / s.num_decodes)
         cached, cached_s = s.prefill_cached_pairs, self.cached_pair_flop_s
-        if self._prefill is not None:
-            t += self._prefill_time(s.prefill_pairs, cached)
+        if (curve := self._prefill) is not None:
+            t += self._prefill_time(curve, s.prefill_pairs, cached)
         elif cached and cached_s is not None:  # else the bits of the one-efficiency sum
             t += self.pair_flop_s * (s.prefill_pairs - cached) + cached_s * cached
         else:
@@ -201,13 +201,12 @@ class OperatorCostModel(SummedCostModel):
             t += terms.all_reduces
         return t
 
-    def _prefill_time(self, pairs: float, cached: int) -> float:
-        """One layer's prefill attention with a measured profile: the causal pairs by the profile, those
-        over cached keys at ``prefill_cached_attn_flops_efficiency`` (else as causal ones)."""
-        assert self._prefill is not None
+    def _prefill_time(self, curve: PrefillAttentionCurve, pairs: float, cached: int) -> float:
+        """One layer's prefill attention with a measured profile (``curve``): the causal pairs by the
+        profile, those over cached keys at ``prefill_cached_attn_flops_efficiency`` (else as causal ones)."""
         cached_s = self.cached_pair_flop_s
         causal = pairs - cached if cached_s is not None else pairs
-        t = self._prefill.time(causal * self.pair_work) if causal > 0 else 0.0
+        t = curve.time(causal * self.pair_work) if causal > 0 else 0.0
         return t + cached_s * cached if cached_s is not None and cached else t
 
     def time_of(self, sums: StepSums) -> float:
