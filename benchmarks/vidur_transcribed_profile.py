@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     parts = sorted(args.parts.glob("part-*.csv"))
+    if not parts:
+        raise SystemExit(f"{args.parts}: no part-*.csv to rebuild the profile from")
     rows = [row for part in parts for row in read_part(part)]
     pages = [line for part in parts for line in read_pages(pages_of(part))]
     check_pages(rows, pages)

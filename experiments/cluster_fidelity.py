@@ -8,7 +8,7 @@ blocks, no chunked prefill) and tables forge ÷ Vidur of the mean and p90 of eac
 
 A reference of N > 1 replicas runs forge with ``cluster.replicas=N`` and the router named in
 ``ROUTERS`` (Vidur's ``round_robin`` -> forge's ``round_robin``, ``lor`` -> ``vidur_lor``): forge's
-cluster feature (issue 32). A forge without it refuses the override, and the run says so in one line.
+cluster feature (issue 32). A layout forge refuses (a pool of 0, an unknown link) is a one-line config error.
 
 Each row names the attention profile Vidur ran with (``attention``: ``measured``, ``transcribed`` (the
 one-GPU rows of the measured profile, ``benchmarks/vidur_transcribed_profile.py``) or ``computed`` and the
@@ -93,7 +93,7 @@ def simulate(overrides: list[str]) -> dict[str, np.ndarray]:
     except (ConfigError, HydraException) as err:
         if any(o.startswith("cluster.") for o in overrides):
             first = str(err).splitlines()[0]
-            raise SystemExit(f"this forge cannot run the reference's replicas (issue 32's cluster): {first}") from err
+            raise SystemExit(f"config error: the reference's cluster layout: {first}") from err
         raise
     cluster = build_cluster(cfg)  # one replica: the engine alone (forge.main.run_offline's path)
     try:

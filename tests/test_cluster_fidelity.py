@@ -103,6 +103,8 @@ def test_disaggregated_runs_the_references_requests_on_the_same_number_of_replic
     md = (tmp_path / "out" / "fidelity.md").read_text()
     assert "## `cluster=disaggregated` on the same requests (ms)" in md
     assert "| rr2.csv | 1 prefill + 1 decode | pcie |" in md and "| rr1.csv | 1 prefill" not in md
+    with pytest.raises(SystemExit, match="config error: the reference's cluster layout: cluster.prefill_replicas"):
+        cf.disaggregated(two, 0, 2, "nvlink")
     cf.main([str(two), "--out", str(tmp_path / "plain")])
     assert "## `cluster=disaggregated`" not in (tmp_path / "plain" / "fidelity.md").read_text()
 

@@ -95,6 +95,12 @@ def test_a_gap_or_a_marked_row_is_refused(tmp_path: Path, part: str, pages: str,
     assert not (tmp_path / "attention.csv").exists()
 
 
+def test_a_folder_without_a_transcription_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no part-\\*.csv to rebuild the profile from"):
+        vtp.main(["--parts", str(tmp_path), "--out", str(tmp_path / "attention.csv")])
+    assert not (tmp_path / "attention.csv").exists()
+
+
 def test_setup_takes_a_transcribed_profile_only_under_its_recorded_digest(tmp_path: Path) -> None:
     profile = build(tmp_path)
     env = {**os.environ, "VIDUR_VENV": str(tmp_path / "venv"), "VIDUR_SRC": str(tmp_path / "src")}
