@@ -15,7 +15,10 @@ time: a pure function of the config. One replica is ``Engine.run``, step for ste
 A router sees a replica as it is after its last step, which may end after the arrival being routed
 (a step's effects are applied when it is taken): at most one step's look-ahead.
 
-Under the wall clock the replicas are real engines stepped in turn in this process."""
+Under the wall clock the replicas are real engines stepped in turn in this process.
+
+When no output is kept (``run(keep=False)``, as ``python run.py`` runs) and the routes are fixed up front,
+replicas whose components all declare it run by events (``forge.engine.event_runs``): the same records."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from forge.cluster.view import EngineView
 from forge.core.outputs import RequestOutput
 from forge.core.request import Request
 from forge.engine.engine import Engine
+from forge.engine.event_runs import run_by_events
 from forge.engine.gc_pause import rare_gc
 from forge.engine.progress import progress_bar
 from forge.routers.base import Router, reads_replicas
@@ -100,6 +104,10 @@ class ReplicaPool:
 
     def _run(self, pending: list[Request], progress: bool, keep: bool) -> dict[str, RequestOutput]:
         targets = None if reads_replicas(self.router) else [self.router.route(r, self.views) for r in pending]
+        if targets is not None and not keep and self._by_events(pending, targets):
+            with progress_bar(len(pending), progress) as bar:
+                bar.update(len(pending))
+            return {}
         arrivals = Arrivals(pending, targets, len(self.replicas))
         finals: dict[str, RequestOutput] = {}
         with progress_bar(len(pending), progress) as bar:
@@ -116,6 +124,17 @@ class ReplicaPool:
                 if keep:
                     finals.update((out.request_id, out) for out in done)
                 bar.update(len(done))
+
+    def _by_events(self, pending: list[Request], targets: list[int]) -> bool:
+        """Every replica's requests (routed up front) run by events (``forge.engine.event_runs``), if all can."""
+        n = len(self.replicas)
+        if not all(0 <= t < n for t in targets):
+            return False  # (``admit`` names the router's mistake)
+        own: list[list[Request]] = [[] for _ in range(n)]
+        for request, target in zip(pending, targets, strict=True):
+            own[target].append(request)
+        engines, offsets = [r.engine for r in self.replicas], [r.offset for r in self.replicas]
+        return run_by_events(engines, offsets, own)
 
     def advance(self, index: int, deadline: float) -> list[RequestOutput]:
         """``Engine.advance`` of replica ``index`` up to ``deadline`` (cluster time): its finished outputs."""

@@ -22,6 +22,10 @@ nothing of it: ``DecodeRunCache`` (``forge.kvcache.base``), ``DecodeRunClock`` (
 ``FastCostModel`` (``forge.sim.cost_model``), ``HostModel`` / ``DecodeRunModel``
 (``forge.engine.sim_runner``) and the runner's declared ``decode_runs`` (``forge.engine.runner_base``).
 
+One more goes further: an event run (``forge.engine.event_runs``) computes a fresh engine's whole run
+event by event (``forge.sim.event_replica``) when the run keeps no outputs, declared separately by
+``event_runs = True`` in the own class body of the policy, the KV cache, the clock and the model.
+
 ``engine.fast_paths=false`` turns every fast path off for a run (the plain loop for every
 component, declared or not): the check a researcher runs when in doubt."""
 

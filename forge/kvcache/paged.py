@@ -44,6 +44,7 @@ class PagedKVCache(PagedPrefixCache, PagedIntrospection, KVCacheManager, DecodeR
     """
 
     fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+    event_runs = True  # its steps are those of forge.sim.event_replica's model, where it applies
 
     def __init__(
         self,

@@ -54,6 +54,7 @@ class SyntheticModel(Model):
     """
 
     fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+    event_runs = True  # its steps are those of forge.sim.event_replica's model, where it applies
 
     def __init__(
         self,

@@ -58,6 +58,22 @@ class MetricsRecorder:
         tl = RequestTimeline(request.request_id, t, request.num_prompt_tokens, request.priority)
         self.requests[request.request_id] = self._unscheduled[request.request_id] = tl
 
+    def on_event_run_end(self, request_id: str, scheduled: float, token_times: list[float], reason: str) -> None:
+        """A request of an event run (``forge.engine.event_runs``) that arrived (``on_arrival``), was first
+        scheduled at ``scheduled``, sampled a token at each of ``token_times`` and ended at the last."""
+        tl = self._unscheduled.pop(request_id)
+        tl.first_scheduled_time = scheduled
+        tl.token_times = token_times
+        tl.num_output_tokens = len(token_times)
+        tl.finish_time = token_times[-1]
+        tl.finish_reason = reason
+
+    def on_event_run_steps(self, steps: StepLog) -> None:
+        """The steps of an event run, numbered from 0: this recorder's, which has recorded none."""
+        if len(self.steps):
+            raise ValueError(f"an event run's steps go to a recorder with no steps; this one has {len(self.steps)}")
+        self.steps = steps
+
     def on_abort(self, request_id: str, reason: str = "abort") -> None:
         """A request its caller ended between steps (``Engine.stop``: a pruned beam): finished with
         ``reason`` at the end of the last step recorded."""

@@ -158,6 +158,7 @@ class SimulatedClock(PredictedClock):
     the model is split over (operators and Vidur profiles; the roofline models one GPU)."""
 
     fast_paths = True  # its hooks keep the base class's fast-path promise (forge.core.fast_paths)
+    event_runs = True  # its steps are those of forge.sim.event_replica's model, where it applies
 
     def __init__(
         self,
