@@ -34,6 +34,11 @@ CASES = {
                            "engine.max_model_len=300", "kvcache.block_size=8"],
     "a100-llama": ["cluster.replicas=2", "clock.hardware=a100", "clock.model=llama-2-7b",
                    "workload.num_requests=1500", "workload.arrivals.rate=30", "workload.input_len.high=1500"],
+    "burst": ["workload=fixed", "workload.num_requests=400", "cluster.replicas=2"],
+    "gamma-bursts": ["workload=gamma", "workload.num_requests=2000", "cluster.replicas=2",
+                     "workload.arrivals.rate=150"],
+    "azure-conv-trace": ["workload=azure_conv", "workload.max_requests=1500", "workload.time_scale=0.05",
+                         "cluster.replicas=4", "engine.max_model_len=4096"],
 }  # fmt: skip
 PREEMPTS = ["workload.num_requests=300", "workload.arrivals.rate=400", "kvcache.num_blocks=40"]
 

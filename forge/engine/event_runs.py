@@ -95,14 +95,19 @@ def run_by_events(engines: Sequence[Engine], offsets: Sequence[float], requests:
             replica.run(own, offset)
     except LeftTheModel:
         return False
-    for engine, replica, log, own, offset in zip(engines, replicas, logs, ordered, offsets, strict=True):
+    for engine, replica, log, own, fcfs, offset in zip(
+        engines, replicas, logs, requests, ordered, offsets, strict=True
+    ):
         assert replica is not None
-        _record(engine, replica, log, own, offset)
+        _record(engine, replica, log, own, fcfs, offset)
     return True
 
 
-def _record(engine: Engine, replica: EventReplica, steps: StepLog, requests: list[Request], offset: float) -> None:
-    """What the engine's run records: each request's arrival and timeline, each step; its clock after it."""
+def _record(
+    engine: Engine, replica: EventReplica, steps: StepLog, requests: list[Request], fcfs: list[Request], offset: float
+) -> None:
+    """What the engine's run records: each request's arrival (in the order given, as ``add_request``) and
+    timeline (``fcfs``: the order the replica ran them in), each step; its clock after it."""
     recorder = engine.recorder
     for r in requests:
         r.arrival_time += offset
@@ -110,6 +115,6 @@ def _record(engine: Engine, replica: EventReplica, steps: StepLog, requests: lis
     ends = replica.ends
     for f in replica.finished:
         times = ends[f.first_step : f.last_step + 1]
-        recorder.on_event_run_end(requests[f.index].request_id, f.scheduled, times, "length")
+        recorder.on_event_run_end(fcfs[f.index].request_id, f.scheduled, times, "length")
     recorder.on_event_run_steps(steps)
     engine.clock.wait_until(replica.now)
