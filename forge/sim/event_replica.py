@@ -94,12 +94,16 @@ class EventReplica:
 
     def _step(self, requests: list[Request], waiting: list[int]) -> None:
         start, decodes = self.now, self.rows
+        if decodes > self.limits.budget:
+            raise LeftTheModel("more rows than the step's budget (some would not decode)")
         partial = self.prefilling[1] if self.prefilling is not None else 0  # computed, but not a decode's
         self._open_blocks()
         chunks = self._continue(requests)
         budget = self.limits.budget - decodes - sum(c[2] for c in chunks)
         chunks += self._admit(requests, waiting, start, budget, decodes + len(chunks))
         tokens = decodes + sum(c[2] for c in chunks)
+        if not tokens:
+            raise LeftTheModel("a step with nothing to schedule")
         self.now = start + self._time(decodes, self.context - partial + decodes, chunks, requests, tokens)
         self.ends.append(self.now)
         self.context += decodes
