@@ -45,8 +45,8 @@ def event_replica(engine: Engine, steps: StepLog) -> EventReplica | None:
     kv = s.kv
     if getattr(kv, "enable_prefix_caching", True) or getattr(kv, "kv_groups", True) is not None:
         return None
-    if engine.recorder.requests or len(engine.recorder.steps):
-        return None  # (its step numbers start at 0)
+    if engine.recorder.requests or len(engine.recorder.steps) or kv.num_free_blocks() != kv.num_blocks:
+        return None  # (its step numbers start at 0; every block is free)
     lim, policy = s.limits, s.policy
     limits = ReplicaLimits(
         budget=policy.token_budget(lim.max_num_batched_tokens),
