@@ -183,19 +183,9 @@ class EventReplica:
         if not chunks:
             t = self.cost.decode_step_time(decodes, context)
             return t if t is not None else self.cost.time_of(StepSums(decodes, decodes, context, 0, 0, 0.0, decodes))
-        num_decodes, prefills, query_sq, pairs, cached, sampled = decodes, 0, 0, 0.0, 0, decodes
-        for index, first, q in chunks:
-            end = first + q
-            sampled += end == requests[index].num_prompt_tokens
-            if q == 1:
-                num_decodes += 1
-                context += end
-            else:
-                prefills += 1
-                query_sq += q * q
-                pairs += q * (end - (q - 1) / 2)
-                cached += q * first
-        return self.cost.time_of(StepSums(tokens, num_decodes, context, prefills, query_sq, pairs, sampled, cached))
+        sampled = decodes + sum([first + n == requests[index].num_prompt_tokens for index, first, n in chunks])
+        spans = [(first, n) for _, first, n in chunks]
+        return self.cost.time_of(StepSums.of_rows(tokens, decodes, context, spans, sampled))
 
     def _join(self, index: int, request: Request) -> None:
         """A request whose prompt this step completed: its first token now, a decode from the next step."""

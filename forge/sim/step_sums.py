@@ -44,14 +44,21 @@ class StepSums:
 
     @classmethod
     def of_sched(cls, sched: SchedulerOutput) -> StepSums:
-        starts = sched.decodes.starts
-        dec = len(starts)
-        dec_ctx = sum(starts) + dec
-        pre = qsq = sampled = cached = 0
+        starts, chunks = sched.decodes.starts, sched.chunks
+        sampled = len(starts) + sum([c.sample + c.num_draft_tokens for c in chunks]) if chunks else len(starts)
+        spans = [(c.start, c.num_tokens) for c in chunks]
+        return cls.of_rows(sched.num_batched_tokens, len(starts), sum(starts) + len(starts), spans, sampled)
+
+    @classmethod
+    def of_rows(
+        cls, tokens: int, num_decodes: int, decode_context: int, chunks: list[tuple[int, int]], sampled: int
+    ) -> StepSums:
+        """The sums of ``num_decodes`` decodes whose contexts after the step sum to ``decode_context``, then
+        ``chunks`` in row order, each ``(start, tokens)`` (a one-token chunk counts as a decode)."""
+        dec, dec_ctx, pre, qsq, cached = num_decodes, decode_context, 0, 0, 0
         pairs = 0.0
-        for c in sched.chunks:
-            q, end = c.num_tokens, c.start + c.num_tokens
-            sampled += c.sample + c.num_draft_tokens
+        for start, q in chunks:
+            end = start + q
             if q == 1:
                 dec += 1
                 dec_ctx += end
@@ -59,8 +66,8 @@ class StepSums:
                 pre += 1
                 qsq += q * q
                 pairs += q * (end - (q - 1) / 2)
-                cached += q * c.start
-        return cls(sched.num_batched_tokens, dec, dec_ctx, pre, qsq, pairs, sampled + len(starts), cached)
+                cached += q * start
+        return cls(tokens, dec, dec_ctx, pre, qsq, pairs, sampled, cached)
 
 
 class SummedCostModel(CostModel, FastCostModel):
