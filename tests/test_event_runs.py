@@ -128,6 +128,16 @@ def test_a_run_that_preempts_is_left_to_the_engine_unchanged() -> None:
     assert_equal(steps, plain[1])
 
 
+def test_a_request_the_engine_refuses_is_refused_the_same() -> None:
+    """``add_request`` refuses a request whose prompt and ``max_tokens`` exceed the pool (here by one slot, which
+    its last token never takes): so event runs do not take the run, which they could compute."""
+    overrides = ["workload=fixed", "workload.num_requests=1", "workload.input_len.value=128"]
+    pool, requests = pool_and_requests([*overrides, "workload.output_len.value=33", "kvcache.num_blocks=10"])
+    assert not by_events(pool, requests)
+    with pytest.raises(ValueError, match="may need"):
+        pool.run(requests, keep=False)
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
