@@ -14,7 +14,7 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
-from forge.engine.gc_pause import rare_gc
+from forge.engine.gc_pause import paused_gc
 from forge.engine.make import make
 from forge.engine.runner_base import Runner
 from forge.engine.sim_runner import HostModel, SimulationRunner
@@ -261,7 +261,7 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
             "use sampling.stop_token_ids (or stop strings through the server or LLM)"
         )
     max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
-    with rare_gc():  # thousands of prompts: no GC passes over them while they are built
+    with paused_gc():  # thousands of prompts: no GC passes over them while they are built
         try:
             specs = workload.requests(engine.tokenizer, max_prompt_len)
         except ValueError as e:  # the workload is config: a bad trace row, a prompt that can never run
