@@ -17,6 +17,7 @@ from forge.config import validate
 from forge.engine.build import default_sampling, workload_requests
 from forge.results.metrics import summarize
 from forge.results.provenance import git_commit
+from forge.results.ragged import write_parquet
 from forge.results.redact import redact_config
 
 
@@ -82,7 +83,7 @@ def _run_cluster(cfg: DictConfig, cluster: ClusterRun, run_dir: Path) -> dict[st
 
 def _write_run(cfg: DictConfig, run_dir: Path, req_df: Any, step_df: Any, summary: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    req_df.to_parquet(run_dir / "requests.parquet")
+    write_parquet(req_df, run_dir / "requests.parquet")  # (its ITL arrays converted as one array)
     step_df.to_parquet(run_dir / "steps.parquet")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(redact_config(cfg)))

@@ -1,4 +1,5 @@
-"""``rare_gc``: the GC's thresholds come back, nothing stays frozen, and cycles made inside are collected."""
+"""``rare_gc``: the GC's thresholds come back, nothing stays frozen, and cycles made inside are collected;
+``paused_gc``: no pass inside, the collector as it was after."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import weakref
 
 import pytest
 
-from forge.engine.gc_pause import age_all, rare_gc
+from forge.engine.gc_pause import age_all, paused_gc, rare_gc
 
 
 class Node:
@@ -56,3 +57,32 @@ def test_a_callers_frozen_objects_stay_frozen() -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_paused_gc_runs_no_pass_and_restores_the_collector() -> None:
+    passes: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with paused_gc():
+            assert not gc.isenabled()
+            nodes = [Node() for _ in range(3 * gc.get_threshold()[0] + 10)]  # several passes' worth
+        assert passes == [] and gc.isenabled() and gc.get_freeze_count() == 0
+        assert any(o is nodes[-1] for o in gc.get_objects(generation=2))  # aged on exit
+        gc.disable()
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # a collector disabled before stays disabled
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
+
+
+def test_paused_gc_restores_the_collector_when_the_block_raises() -> None:
+    with pytest.raises(RuntimeError), paused_gc():
+        raise RuntimeError("boom")
+    assert gc.isenabled()

@@ -178,8 +178,9 @@ def test_prompts_drawn_together_are_those_drawn_one_after_another(lengths: list[
     assert together.getstate() == one_by_one.getstate()
 
 
-def test_synthetic_workload_draws_the_same_requests_as_one_request_at_a_time() -> None:
-    workload = SyntheticWorkload(300, Poisson(4.0), Uniform(1, 90), Fixed(7), seed=3, num_priorities=3)
+@pytest.mark.parametrize("levels", [1, 3])
+def test_synthetic_workload_draws_the_same_requests_as_one_request_at_a_time(levels: int) -> None:
+    workload = SyntheticWorkload(300, Poisson(4.0), Uniform(1, 90), Fixed(7), seed=3, num_priorities=levels)
     specs = workload.requests(ByteTokenizer())
     assert specs == workload.requests(_Sequential())
     # the reference: each request's attributes drawn in turn, from the workload's four streams
@@ -189,5 +190,5 @@ def test_synthetic_workload_draws_the_same_requests_as_one_request_at_a_time() -
         t += Poisson(4.0).gap(arrivals)
         n_in = Uniform(1, 90).sample(lengths)
         prompt = ByteTokenizer().random_token_ids(n_in, tokens)
-        reference.append(RequestSpec(f"req-{i:06d}", t, prompt, Fixed(7).sample(lengths), priorities.randrange(3)))
+        reference.append(RequestSpec(f"req-{i:06d}", t, prompt, Fixed(7).sample(lengths), priorities.randrange(levels)))
     assert specs == reference

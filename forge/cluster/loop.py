@@ -26,6 +26,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from forge.cluster.view import EngineView
 from forge.core.outputs import RequestOutput
@@ -35,6 +36,8 @@ from forge.engine.event_runs import run_by_events
 from forge.engine.gc_pause import rare_gc
 from forge.engine.progress import progress_bar
 from forge.routers.base import Router, reads_replicas
+
+_ARRIVAL_TIME = attrgetter("arrival_time")
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ class ReplicaPool:
         until all finish; the finals by request id (``keep=False``: none kept, an empty dict; the
         records are the engines'). Every replica must be idle at the end."""
         with rare_gc():
-            finals = self._run(sorted(requests, key=lambda r: r.arrival_time), progress, keep)
+            finals = self._run(sorted(requests, key=_ARRIVAL_TIME), progress, keep)
         for r in self.replicas:
             r.engine.check_idle()
         return finals
@@ -166,5 +169,5 @@ class ReplicaPool:
         if not engine.has_unfinished():
             engine.clock.wait_until(request.arrival_time)
         engine.add_request(request)
-        if self._busy_at is not None:
-            self._busy_at[target] = self._busy_time(target)
+        if self._busy_at is not None:  # (``_busy_time``: the replica holds this request, so it is busy)
+            self._busy_at[target] = engine.clock.now() - replica.offset

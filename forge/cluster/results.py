@@ -3,6 +3,7 @@ the summary's per-replica load balance."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,15 +25,29 @@ def merged_frames(replicas: Sequence[Replica], column: str = "replica") -> tuple
     that column. Requests are in arrival order (stable: a
     replica's own order among equal times), steps replica by replica."""
     with rare_gc():  # a million requests' ITL arrays: no collector passes over the run's records meanwhile
-        reqs = []
-        for r in replicas:
-            frame = r.engine.recorder.requests_frame()
-            reqs.append(_shifted(frame, REQUEST_TIMES, r.offset).assign(**{column: r.index}))
-        req_df = pd.concat(reqs, ignore_index=True) if len(reqs) > 1 else reqs[0]
-        del reqs
-        if len(replicas) > 1:
-            req_df = req_df.sort_values("arrival_time", kind="stable", ignore_index=True)
+        req_df = pd.DataFrame(merged_requests(replicas, column), copy=False)
         return req_df, merged_steps(replicas, column)
+
+
+def merged_requests(replicas: Sequence[Replica], column: str = "replica") -> dict[str, Any]:
+    """``merged_frames``' requests as columns: the recorders' ``request_columns`` joined (times less
+    each replica's offset) with ``column``, sorted by arrival when there are several replicas (one
+    stable sort of the joined columns, not of a frame per replica)."""
+    parts = [r.engine.recorder.request_columns() for r in replicas]
+    counts = [len(part["arrival_time"]) for part in parts]
+    columns: dict[str, Any] = {}
+    for name in parts[0]:
+        pieces = [
+            _shifted(part[name], r.offset) if name in REQUEST_TIMES else part[name]
+            for part, r in zip(parts, replicas, strict=True)
+        ]
+        columns[name] = _joined(pieces)
+    del parts
+    columns[column] = np.repeat(np.array([r.index for r in replicas], dtype=np.int64), counts)
+    if len(replicas) == 1:
+        return columns
+    order = np.argsort(columns["arrival_time"], kind="stable")
+    return {name: _taken(values, order) for name, values in columns.items()}
 
 
 def merged_steps(replicas: Sequence[Replica], column: str = "replica") -> pd.DataFrame:
@@ -42,7 +57,7 @@ def merged_steps(replicas: Sequence[Replica], column: str = "replica") -> pd.Dat
     logs = [r.engine.recorder.steps for r in replicas]
     if not all(len(log) for log in logs):
         steps = [
-            _shifted(r.engine.recorder.steps_frame(), STEP_TIMES, r.offset).assign(**{column: r.index})
+            _shifted_frame(r.engine.recorder.steps_frame(), STEP_TIMES, r.offset).assign(**{column: r.index})
             for r in replicas
         ]
         return pd.concat(steps, ignore_index=True) if len(steps) > 1 else steps[0]
@@ -57,12 +72,33 @@ def merged_steps(replicas: Sequence[Replica], column: str = "replica") -> pd.Dat
     return pd.DataFrame(columns, copy=False)
 
 
-def _shifted(frame: pd.DataFrame, columns: tuple[str, ...], offset: float) -> pd.DataFrame:
+def _shifted_frame(frame: pd.DataFrame, columns: tuple[str, ...], offset: float) -> pd.DataFrame:
     """``frame`` with its time ``columns`` in the cluster's time (the replica's clock less ``offset``,
     its time when the run started: 0 under a simulated clock, which leaves the frame as it is)."""
     if offset == 0 or not len(frame):
         return frame
     return frame.assign(**{c: frame[c] - offset for c in columns})
+
+
+def _shifted(times: np.ndarray, offset: float) -> np.ndarray:
+    """``times`` in the cluster's time (``_shifted_frame``'s rule for one column)."""
+    return times - offset if offset != 0 and len(times) else times
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """Columns' pieces one after another: arrays joined, lists chained (one piece: itself)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if isinstance(pieces[0], np.ndarray):
+        return np.concatenate(pieces)
+    return list(itertools.chain.from_iterable(pieces))
+
+
+def _taken(values: Any, order: np.ndarray) -> Any:
+    """``values`` (an array or a list) in ``order``."""
+    if isinstance(values, np.ndarray):
+        return values[order]
+    return list(map(values.__getitem__, order.tolist()))
 
 
 def summed_counters(replicas: Sequence[Replica]) -> dict[str, int]:
@@ -85,6 +121,8 @@ def load_balance(
     """Per replica: requests, tokens (prompt + output), busy time and busy fraction (of ``duration``,
     the run's); and, for each, max / mean over the replicas (1.0: perfectly even), as
     ``{prefix}_{requests,tokens,busy}_max_over_mean``, with the list under ``per_{prefix}``."""
+    requests = requests[[column, "num_prompt_tokens", "num_output_tokens"]]  # (filtered per replica: only these)
+    steps = steps[[column, "start_time", "end_time"]] if len(steps) else steps
     rows = []
     for r in replicas:
         mine = requests[requests[column] == r.index]  # (prefill or decode tokens: the whole request's)

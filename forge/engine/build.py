@@ -14,7 +14,7 @@ from forge.core.pooling import PoolingParams
 from forge.core.request import Request
 from forge.core.sampling_params import SamplingParams
 from forge.engine.engine import Engine
-from forge.engine.gc_pause import rare_gc
+from forge.engine.gc_pause import paused_gc
 from forge.engine.make import make
 from forge.engine.runner_base import Runner
 from forge.engine.sim_runner import HostModel, SimulationRunner
@@ -260,25 +260,29 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
             "sampling.stop: stop strings are matched on decoded text, which a workload run does not produce; "
             "use sampling.stop_token_ids (or stop strings through the server or LLM)"
         )
-    params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
     max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
-    with rare_gc():  # thousands of prompts: no GC passes over them while they are built
+    with paused_gc():  # thousands of prompts: no GC passes over them while they are built
         try:
             specs = workload.requests(engine.tokenizer, max_prompt_len)
         except ValueError as e:  # the workload is config: a bad trace row, a prompt that can never run
             raise ConfigError(f"workload: {e}") from e
-        return [_request(spec, kwargs, params) for spec in specs]
+        return as_requests(specs, kwargs)
 
 
-def _request(spec: RequestSpec, kwargs: dict[str, Any], params: dict[int, SamplingParams]) -> Request:
-    """``spec`` as a request; ``params`` holds the sampling parameters by ``max_tokens`` (shared)."""
-    if spec.output_len not in params:
-        params[spec.output_len] = SamplingParams(**{**kwargs, "max_tokens": spec.output_len})
-    return Request(
-        request_id=spec.request_id,
-        prompt_token_ids=spec.prompt_token_ids,
-        sampling_params=params[spec.output_len],
-        arrival_time=spec.arrival_time,
-        priority=spec.priority,
-        expected_output_len=spec.output_len,
-    )
+def as_requests(specs: list[RequestSpec], kwargs: dict[str, Any]) -> list[Request]:
+    """``specs`` as requests sampling with ``kwargs``, their output lengths as ``max_tokens``;
+    requests of one output length share their (immutable) sampling parameters."""
+    params = {n: SamplingParams(**{**kwargs, "max_tokens": n}) for n in dict.fromkeys(s.output_len for s in specs)}
+    # positional, in Request's field order (id, prompt, sampling, arrival, priority, expected output
+    # length): keywords cost half as much again for a million requests
+    return [
+        Request(
+            spec.request_id,
+            spec.prompt_token_ids,
+            params[spec.output_len],
+            spec.arrival_time,
+            spec.priority,
+            spec.output_len,
+        )
+        for spec in specs
+    ]

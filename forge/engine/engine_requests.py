@@ -36,6 +36,12 @@ class EngineRequests:
             raise ValueError(f"request {request.request_id}: {name} gives no hidden states, so no embeddings")
         if request.beam_search is not None:
             raise ValueError(f"request {request.request_id}: a beam search runs in forge.frontend, not the engine")
+        if request.sampling_params.n == 1:  # (most requests: one sequence, no siblings)
+            if request.request_id in self.requests:
+                raise ValueError(f"duplicate request id {request.request_id!r}")
+            self.scheduler.add_request(request)
+            self._track(request)
+            return
         for rid in output_ids(request):
             if rid in self.requests:
                 raise ValueError(f"duplicate request id {rid!r}")

@@ -26,6 +26,23 @@ def rare_gc(gen0_threshold: int = 100_000) -> Iterator[None]:
         age_all()
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic-GC pass at all in the block, the collector enabled again after if it was: for a block
+    that builds many objects and drops no cycles (a workload's requests: ``rare_gc``'s passes over a
+    million of them cost ~0.6 CPU-s and find nothing). Everything alive is aged to the oldest
+    generation on entry and on exit (``age_all``), as ``rare_gc`` does."""
+    enabled = gc.isenabled()
+    age_all()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        age_all()
+
+
 def age_all() -> None:
     """Move every object the collector tracks to its oldest generation without a pass over them
     (``gc.freeze`` then ``gc.unfreeze``), so the young-generation passes after it do not scan them:

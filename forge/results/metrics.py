@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from forge.core.decode_run import DecodeRun
 from forge.core.outputs import SchedulerOutput
 from forge.core.request import Request
 from forge.kvcache.base import KVUsage
+from forge.results.ragged import inner_gaps, joined
 from forge.results.step_log import StepLog
 from forge.results.step_log import StepRecord as StepRecord  # (re-exported: it was defined here)
 from forge.sched.step_outputs import StepOutputs
@@ -35,6 +37,13 @@ class RequestTimeline:
     num_cached_tokens: int = 0
     num_preemptions: int = 0
 
+
+_TOKEN_TIMES = attrgetter("token_times")
+_REQUEST_ID = attrgetter("request_id")
+_FINISH_REASON = attrgetter("finish_reason")
+_TIMES = ("arrival_time", "first_scheduled_time", "finish_time")
+_COUNTS = ("num_prompt_tokens", "num_output_tokens", "num_cached_tokens", "num_preemptions", "priority")
+"""``RequestTimeline``'s integer fields, the frame's int64 columns in this order."""
 
 SUMMARY_STEP_COLUMNS = (
     ("step", np.int64),
@@ -199,44 +208,43 @@ class MetricsRecorder:
     def request_columns(self) -> dict[str, Any]:
         """``requests_frame``'s columns: numpy arrays, and lists for the ids, reasons and ITL arrays."""
         tls = list(self.requests.values())
-        lens = np.fromiter((len(tl.token_times) for tl in tls), dtype=np.int64, count=len(tls))
+        n = len(tls)
+        token_times = list(map(_TOKEN_TIMES, tls))
+        lens = np.fromiter(map(len, token_times), dtype=np.int64, count=n)
         ends = np.cumsum(lens)
         starts = ends - lens
-        times = np.fromiter(
-            itertools.chain.from_iterable(tl.token_times for tl in tls),
-            dtype=float,
-            count=int(ends[-1]) if len(tls) else 0,
-        )
-        gaps = np.diff(times)  # gaps[i] = times[i + 1] - times[i]; a request's ITLs are its inner gaps
-        bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
+        times = np.fromiter(itertools.chain.from_iterable(token_times), dtype=float, count=int(ends[-1]) if n else 0)
+        del token_times
         has = lens > 0
-        first, last = np.full(len(tls), np.nan), np.full(len(tls), np.nan)
+        first, last = np.full(n, np.nan), np.full(n, np.nan)
         first[has], last[has] = times[starts[has]], times[ends[has] - 1]
-        arrival = np.array([tl.arrival_time for tl in tls], dtype=float)
-        scheduled = np.array([tl.first_scheduled_time for tl in tls], dtype=float)  # None -> nan
-        finish = np.array([tl.finish_time for tl in tls], dtype=float)
+        arrival, scheduled, finish = _fields(tls, _TIMES, float)  # None -> nan
+        counts = _fields(tls, _COUNTS, np.int64)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(lens > 1, (last - first) / (lens - 1), np.nan)
         return {
-            "request_id": [tl.request_id for tl in tls],
+            "request_id": list(map(_REQUEST_ID, tls)),
             "arrival_time": arrival,
             "first_scheduled_time": scheduled,
             "first_token_time": first,
             "finish_time": finish,
-            "num_prompt_tokens": [tl.num_prompt_tokens for tl in tls],
-            "num_output_tokens": [tl.num_output_tokens for tl in tls],
-            "num_cached_tokens": [tl.num_cached_tokens for tl in tls],
-            "num_preemptions": [tl.num_preemptions for tl in tls],
-            "priority": [tl.priority for tl in tls],
-            "finish_reason": [tl.finish_reason for tl in tls],
+            **dict(zip(_COUNTS, counts, strict=True)),
+            "finish_reason": list(map(_FINISH_REASON, tls)),
             "queue_time": scheduled - arrival,
             "ttft": first - arrival,
             "e2e": finish - arrival,
             "tpot": tpot,
-            # float64 arrays (views of ``gaps``), as a parquet list column reads back: several times
-            # faster to write than Python lists
-            "itl": [gaps[a : b - 1] if b - a > 1 else gaps[:0] for a, b in bounds],
+            # float64 arrays (views of one array), as a parquet list column reads back: several times
+            # faster to write than Python lists (``forge.results.ragged``)
+            "itl": inner_gaps(times, lens),
         }
+
+
+def _fields(timelines: list[RequestTimeline], names: tuple[str, ...], dtype: Any) -> np.ndarray:
+    """Fields ``names`` of every timeline, an array of ``dtype`` per field (None -> nan); read in one
+    pass over the timelines (a million of them, scattered in memory: one visit each, not one a field)."""
+    rows = list(map(attrgetter(*names), timelines)) if timelines else np.empty((0, len(names)))
+    return np.array(rows, dtype=dtype).T.copy()
 
 
 def percentiles(values: Any, prefix: str, owned: bool = False) -> dict[str, float]:
@@ -271,9 +279,7 @@ def summarize(requests: Any, steps: Any, counters: dict[str, int]) -> dict[str, 
     duration = max(end - start, 1e-12)
     n_in = int(column(requests, "num_prompt_tokens").sum())
     n_out = int(column(requests, "num_output_tokens").sum())
-    parts = [np.asarray(x, dtype=float) for x in requests["itl"]]
-    itl = np.concatenate(parts) if parts else np.empty(0)  # a new array: ``percentiles`` may reorder it
-    del parts
+    itl = joined(list(requests["itl"]))  # a new array: ``percentiles`` may reorder it
     n_steps = len(steps["step"]) if len(steps) else 0
     summary: dict[str, Any] = {
         "num_requests": n_requests,
