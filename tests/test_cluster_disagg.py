@@ -129,6 +129,8 @@ def test_a_disaggregated_run_reports_its_pools_and_transfers(tmp_path: Path) -> 
         (["cluster.link=carrier_pigeon"], "cluster.link='carrier_pigeon': not an interconnect preset"),
         (["cluster.decode_overrides=[{kvcache:{num_blocks:2}}]"], "workload: request req-"),
         (["clock=wall", "model=tiny"], "cluster=disaggregated needs clock=simulated"),
+        (["+sampling.n=2"], "cluster=disaggregated needs sampling.n=1"),
+        (["+sampling.stop_token_ids=[65]"], "cluster=disaggregated needs no sampling.stop_token_ids"),
     ],
 )
 def test_a_bad_pool_or_link_is_one_line(overrides: list[str], message: str, tmp_path: Path) -> None:

@@ -16,11 +16,8 @@ from forge.core.request import Request
 def build_disaggregated(cfg: DictConfig, spec: DisaggregatedSpec) -> ClusterRun:
     if cfg.clock.get("_target_") != "forge.sim.clock.SimulatedClock":
         raise ConfigError("cluster=disaggregated needs clock=simulated (the KV transfer is simulated)")
-    if not cfg.workload.get("ignore_eos", False):
-        raise ConfigError(
-            "cluster=disaggregated needs workload.ignore_eos=true (the decode replica does not receive the "
-            "prompt's token states, only their timing: docs/cluster.md)"
-        )
+    if (problem := _sampling_problem(cfg)) is not None:
+        raise ConfigError(f"cluster=disaggregated {problem}")
     prefill = build_pool(cfg, spec.prefill, build_router(cfg))
     decode_node = spec.decode_router if spec.decode_router is not None else cfg.get("router")
     decode = build_pool(cfg, spec.decode, build_router(cfg, decode_node))
@@ -34,3 +31,19 @@ def build_disaggregated(cfg: DictConfig, spec: DisaggregatedSpec) -> ClusterRun:
         return Records(req_df, step_df, lambda duration: pool_summary(cluster, req_df, step_df, duration))
 
     return ClusterRun([*prefill.replicas, *decode.replicas], run)
+
+
+def _sampling_problem(cfg: DictConfig) -> str | None:
+    """Why the workload's outputs could depend on tokens the decode replica does not have (it receives the
+    prompt's KV timing, not its token states: docs/cluster.md), or None."""
+    sampling = cfg.get("sampling")
+    if not cfg.workload.get("ignore_eos", False):
+        return (
+            "needs workload.ignore_eos=true (the decode replica does not receive the prompt's token states, only "
+            "their timing: docs/cluster.md)"
+        )
+    if sampling is not None and sampling.get("stop_token_ids"):
+        return "needs no sampling.stop_token_ids (a stop would end an output on tokens the decode replica lacks)"
+    if sampling is not None and (sampling.get("n") or 1) > 1:
+        return "needs sampling.n=1 (the handoff of a prompt's n forked sequences is not modelled)"
+    return None
