@@ -58,7 +58,7 @@ class SchedulerRequests:
         if pooling and (request.output_token_ids or request.sampling_params.n > 1):
             return f"request {request.request_id}: an embedding request has one prompt, no output and n = 1"
         generated = 0 if pooling else request.sampling_params.max_tokens
-        need = min(request.num_prompt_tokens + generated, self.limits.max_model_len)
+        need = self.kv.reserved_tokens(request, min(request.num_prompt_tokens + generated, self.limits.max_model_len))
         capacity = self.kv.token_capacity(self.limits.max_num_batched_tokens)
         if need > capacity:
             return (
