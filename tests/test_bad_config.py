@@ -249,6 +249,18 @@ def test_a_bad_pool_size_is_reported_before_the_model_is_loaded(tmp_path: Path) 
             ],
             "config error: workload: request req-000000 may need 128 tokens of KV but the whole cache holds 112",
         ),
+        (  # sarathi's budget (chunk_size) below the prompt, whole prompts only: the run used to spin forever
+            [
+                "model=synthetic",
+                "clock=simulated",
+                "scheduler=sarathi",
+                "scheduler.chunk_size=64",
+                "engine.enable_chunked_prefill=false",
+                "engine.max_num_batched_tokens=2048",
+            ],
+            "config error: scheduler Sarathi's token budget of 64 (of engine.max_num_batched_tokens=2048) < "
+            "max_model_len=2048 needs engine.enable_chunked_prefill=true",
+        ),
     ],
 )
 def test_run_py_reports_a_pool_too_small_or_an_unknown_preset_in_one_line(
