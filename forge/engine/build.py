@@ -277,6 +277,10 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
             "sampling.stop: stop strings are matched on decoded text, which a workload run does not produce; "
             "use sampling.stop_token_ids (or stop strings through the server or LLM)"
         )
+    if "max_tokens" in kwargs:  # refused, not ignored: each request's max_tokens is its drawn output length
+        raise ConfigError(
+            "sampling.max_tokens: a workload's output lengths are its requests' max_tokens; set workload.output_len"
+        )
     params: dict[int, SamplingParams] = {}  # by max_tokens: requests share the (immutable) params
     max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
     with rare_gc():  # thousands of prompts: no GC passes over them while they are built
