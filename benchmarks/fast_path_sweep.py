@@ -91,8 +91,9 @@ def compare_runs(a: Path, b: Path) -> list[str]:
             problems.append(f"{name}: {first_difference(fa, fb)}")
     sa, sb = (json.loads((p / "summary.json").read_text()) for p in (a, b))
     for key in sorted(set(sa) | set(sb)):
-        if key not in IGNORED_SUMMARY and sa.get(key) != sb.get(key):
-            problems.append(f"summary.json {key}: {sa.get(key)!r} vs {sb.get(key)!r}")
+        x, y = sa.get(key), sb.get(key)
+        if key not in IGNORED_SUMMARY and x != y and not (x != x and y != y):  # (NaN == NaN here)
+            problems.append(f"summary.json {key}: {x!r} vs {y!r}")
     return problems
 
 

@@ -38,9 +38,10 @@ def write_run(path: Path, ttft: list[float], summary: dict[str, object]) -> Path
 
 
 def test_compare_runs_names_the_first_difference_and_ignores_the_commit(tmp_path: Path) -> None:
-    a = write_run(tmp_path / "a", [0.5, 0.25], {"commit": "abc", "machine": "m1", "mean_ttft_ms": 1.0})
-    same = write_run(tmp_path / "same", [0.5, 0.25], {"commit": "def", "machine": "m2", "mean_ttft_ms": 1.0})
-    other = write_run(tmp_path / "other", [0.5, 0.2500001], {"commit": "abc", "machine": "m1", "mean_ttft_ms": 1.1})
+    nan = float("nan")  # (a summary's p99 TPOT when no request has two tokens: equal to itself here)
+    a = write_run(tmp_path / "a", [0.5, 0.25], {"commit": "abc", "machine": "m1", "mean_ttft_ms": 1.0, "p": nan})
+    same = write_run(tmp_path / "same", [0.5, 0.25], {"commit": "def", "machine": "m2", "mean_ttft_ms": 1.0, "p": nan})
+    other = write_run(tmp_path / "other", [0.5, 0.2500001], {"commit": "abc", "mean_ttft_ms": 1.1, "p": nan})
     assert compare_runs(a, same) == []
     assert compare_runs(a, other) == [
         "requests.parquet: column ttft row 1: 0.25 vs 0.2500001",
