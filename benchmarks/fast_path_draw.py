@@ -12,6 +12,7 @@ from typing import TypeVar
 
 SCHEDULERS = ("fcfs", "sjf", "priority", "lpm", "sarathi", "vllm_v0", "decode_first", "prefill_first")
 ROUTERS = ("round_robin", "random", "least_outstanding", "vidur_lor", "least_kv", "power_of_two", "prefix_aware")
+SJF = "{scheduler:{_target_:forge.policies.sjf.SJF}}"  # a replica's own policy (the run's may not be fcfs: refused)
 T = TypeVar("T")
 
 
@@ -148,7 +149,7 @@ def draw_cluster(rng: random.Random, d: Draw) -> None:
         d.add(f"cluster.hardware=[{','.join(pick(rng, 'a100', 'h100') for _ in range(replicas))}]")
     if replicas > 1 and rng.random() < 0.2:
         per = ",".join(
-            pick(rng, "{}", "{engine:{max_num_seqs:2}}", "{kvcache:{block_size:8}}") for _ in range(replicas)
+            pick(rng, "{}", "{engine:{max_num_seqs:2}}", "{kvcache:{block_size:8}}", SJF) for _ in range(replicas)
         )
         d.add(f"cluster.overrides=[{per}]")
 
