@@ -165,3 +165,10 @@ def test_the_decode_router_may_be_named_as_the_router_option(name: str, target: 
     spelled = f"{{_target_:forge.routers.{target}{seed}}}"
     assert by_name.equals(run([*common, f"cluster.decode_router={spelled}"]).requests)
     assert not by_name["decode_replica"].equals(run(common).requests["decode_replica"])  # not round robin
+
+
+def test_ignore_eos_set_in_sampling_is_enough() -> None:
+    """A workload run ignores EOS when the workload or ``sampling.ignore_eos`` says so; disaggregation
+    refused the second as if EOS could end an output."""
+    records = run(["workload.num_requests=12", "workload.ignore_eos=false", "+sampling.ignore_eos=true"])
+    assert len(records.requests) == 12 and (records.requests["finish_reason"] == "length").all()

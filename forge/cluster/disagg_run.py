@@ -38,7 +38,7 @@ def _sampling_problem(cfg: DictConfig) -> str | None:
     """Why the workload's outputs could depend on tokens the decode replica does not have (it receives the
     prompt's KV timing, not its token states: docs/cluster.md), or None."""
     sampling = cfg.get("sampling")
-    if not cfg.workload.get("ignore_eos", False):
+    if not (cfg.workload.get("ignore_eos", False) or (sampling is not None and sampling.get("ignore_eos"))):
         return (
             "needs workload.ignore_eos=true (the decode replica does not receive the prompt's token states, only "
             "their timing: docs/cluster.md)"
