@@ -23,6 +23,7 @@ class Draw:
     overrides: list[str] = field(default_factory=list)
     max_len: int = 0  # the longest prompt + output the workload can draw
     max_prompt: int = 0  # the longest prompt
+    max_model_len: int | None = None  # engine.max_model_len where the draw sets it
     disaggregated: bool = False
     timing_only: bool = False
 
@@ -87,6 +88,7 @@ def draw_engine(rng: random.Random, d: Draw, scheduler: str) -> bool:
         max_model_len = max(d.max_len + 16, 256)
     if max_model_len is not None:
         d.add(f"engine.max_model_len={max_model_len}")
+        d.max_model_len = max_model_len
     whole = max(d.max_len, max_model_len or 2048)
     budget = pick(rng, 16, 64, 256, 512, 2048) if chunked else max(whole, pick(rng, 512, 2048, 4096))
     d.add(f"engine.max_num_batched_tokens={budget}")
@@ -100,17 +102,22 @@ def draw_kvcache(rng: random.Random, d: Draw, swap: bool) -> None:
     paged = rng.random() < 0.75
     block = pick(rng, 1, 4, 8, 16, 32)
     d.add(f"kvcache={'paged' if paged else 'naive'}", f"kvcache.block_size={block}")
+    held = d.max_len  # the most tokens one request holds (as the naive cache reserves them)
+    if not paged:
+        reservation = pick(rng, "max", "pow2", "oracle")
+        d.add(f"kvcache.reservation={reservation}")
+        if d.max_model_len is None:
+            d.max_model_len = max(d.max_len + 1, pick(rng, 256, 2048))
+            d.add(f"engine.max_model_len={d.max_model_len}")
+        if reservation != "oracle":
+            held = d.max_model_len if reservation == "max" else min(1 << (d.max_len - 1).bit_length(), d.max_model_len)
     if rng.random() < 0.7:  # small enough to preempt
-        need = math.ceil(d.max_len / block) + 1
+        need = math.ceil(held / block) + 1
         d.add(f"kvcache.num_blocks={int(need * pick(rng, 1.0, 1.5, 3.0, 10.0)) + rng.randint(0, 3)}")
     if paged and not d.timing_only and rng.random() < 0.5:
         d.add("kvcache.enable_prefix_caching=true")
     if paged and swap and rng.random() < 0.3:
         d.add(f"kvcache.num_cpu_blocks={pick(rng, 0, 4, 64)}")
-    if not paged:
-        d.add(f"kvcache.reservation={pick(rng, 'max', 'pow2', 'oracle')}")
-        if not any(o.startswith("engine.max_model_len") for o in d.overrides):
-            d.add(f"engine.max_model_len={max(d.max_len + 1, pick(rng, 256, 2048))}")
 
 
 def draw_sampling(rng: random.Random, d: Draw) -> None:
