@@ -73,12 +73,13 @@ def test_pool_too_small_for_one_request() -> None:
 
 
 def test_naive_max_reservation_larger_than_pool() -> None:
+    """Each request of kvcache=naive reserves max_model_len (2048) tokens: a pool of 128 is refused at
+    add_request, as a paged pool too small for the request is, not at the step that cannot admit it."""
     engine = build_engine(
         compose_config(["model=synthetic", "kvcache=naive", "kvcache.num_blocks=8", "kvcache.block_size=16"])
     )
-    engine.add_request(Request("r", [65] * 20, SamplingParams(max_tokens=4)))
-    with pytest.raises(RuntimeError, match="kvcache.num_blocks"):
-        engine.step()
+    with pytest.raises(ValueError, match="may need 2048 tokens of KV but the whole cache holds 128"):
+        engine.add_request(Request("r", [65] * 20, SamplingParams(max_tokens=4)))
 
 
 def test_missing_required_setting_is_named() -> None:
@@ -232,6 +233,34 @@ def test_a_bad_pool_size_is_reported_before_the_model_is_loaded(tmp_path: Path) 
             "(kvcache.num_blocks=2 x block_size=16)",
         ),
         (["model=synthetic", "clock=simulated", "clock.model=llama-9"], "config error: clock.model='llama-9'"),
+        (  # a naive cache reserves max_model_len per request: the whole pool of 112 cannot
+            ["model=synthetic", "kvcache=naive", "kvcache.num_blocks=112", "kvcache.block_size=1"],
+            "config error: workload: request req-000000 may need 2048 tokens of KV but the whole cache holds 112",
+        ),
+        (  # reservation=pow2: 60 + 5 tokens reserve 128 slots, more than the pool's 112
+            [
+                "model=synthetic",
+                "kvcache=naive",
+                "kvcache.reservation=pow2",
+                "kvcache.num_blocks=7",
+                "workload=fixed",
+                "workload.input_len.value=60",
+                "workload.output_len.value=5",
+            ],
+            "config error: workload: request req-000000 may need 128 tokens of KV but the whole cache holds 112",
+        ),
+        (  # sarathi's budget (chunk_size) below the prompt, whole prompts only: the run used to spin forever
+            [
+                "model=synthetic",
+                "clock=simulated",
+                "scheduler=sarathi",
+                "scheduler.chunk_size=64",
+                "engine.enable_chunked_prefill=false",
+                "engine.max_num_batched_tokens=2048",
+            ],
+            "config error: scheduler Sarathi's token budget of 64 (of engine.max_num_batched_tokens=2048) < "
+            "max_model_len=2048 needs engine.enable_chunked_prefill=true",
+        ),
     ],
 )
 def test_run_py_reports_a_pool_too_small_or_an_unknown_preset_in_one_line(

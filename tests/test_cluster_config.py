@@ -99,3 +99,20 @@ def test_one_engine_entry_points_refuse_a_cluster(cluster: list[str], tmp_path: 
     assert len(lines) == 1 and "config error: cluster: forge serve and the LLM class run one engine" in lines[0], (
         proc.stderr
     )
+
+
+def test_a_replica_override_may_swap_a_component(tmp_path: Path) -> None:
+    """``cluster.overrides`` replaces a replica's scheduler by its ``_target_`` (as the run's own
+    ``scheduler._target_`` would); instantiated as a nested config it was a config error
+    ("Value 'SJF' is not a supported primitive type")."""
+    from forge.cluster.run import build_cluster
+    from forge.config import compose_config
+    from forge.policies.fcfs import FCFS
+    from forge.policies.sjf import SJF
+
+    swap = "cluster.overrides=[{scheduler:{_target_:forge.policies.sjf.SJF}},{}]"
+    cluster = build_cluster(compose_config([*BASE, "cluster.replicas=2", swap]))
+    policies = [type(replica.engine.scheduler.policy) for replica in cluster.replicas]
+    assert policies == [SJF, FCFS]
+    proc = run_py("cluster.replicas=2", swap, run_dir=tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr[-2000:]

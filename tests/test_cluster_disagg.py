@@ -129,6 +129,9 @@ def test_a_disaggregated_run_reports_its_pools_and_transfers(tmp_path: Path) -> 
         (["cluster.link=carrier_pigeon"], "cluster.link='carrier_pigeon': not an interconnect preset"),
         (["cluster.decode_overrides=[{kvcache:{num_blocks:2}}]"], "workload: request req-"),
         (["clock=wall", "model=tiny"], "cluster=disaggregated needs clock=simulated"),
+        (["+sampling.n=2"], "cluster=disaggregated needs sampling.n=1"),
+        (["cluster.decode_router=nearest"], "cluster.decode_router='nearest': not a router option (least_kv, "),
+        (["+sampling.stop_token_ids=[65]"], "cluster=disaggregated needs no sampling.stop_token_ids"),
     ],
 )
 def test_a_bad_pool_or_link_is_one_line(overrides: list[str], message: str, tmp_path: Path) -> None:
@@ -148,3 +151,24 @@ def test_a_prompt_that_fills_the_context_ends_with_its_first_token_as_on_one_eng
     alone = alone.set_index("request_id")
     assert split.loc["req-000000", "num_output_tokens"] == alone.loc["req-000000", "num_output_tokens"] == 1
     assert split.loc["req-000001", "num_output_tokens"] == alone.loc["req-000001", "num_output_tokens"] == 20
+
+
+@pytest.mark.parametrize(
+    ("name", "target"), [("least_kv", "least_kv.LeastKV"), ("power_of_two", "power_of_two.PowerOfTwo")]
+)
+def test_the_decode_router_may_be_named_as_the_router_option(name: str, target: str) -> None:
+    """``cluster.decode_router=least_kv`` is that option of conf/router (its ``${seed}`` resolved), as its
+    config spelled out is; it was a three-line error ("Cannot instantiate config of type str")."""
+    common = [*TWO_TWO, "cluster.decode_replicas=3", "workload.arrivals.rate=400"]
+    by_name = run([*common, f"cluster.decode_router={name}"]).requests
+    seed = ",seed:0" if name == "power_of_two" else ""
+    spelled = f"{{_target_:forge.routers.{target}{seed}}}"
+    assert by_name.equals(run([*common, f"cluster.decode_router={spelled}"]).requests)
+    assert not by_name["decode_replica"].equals(run(common).requests["decode_replica"])  # not round robin
+
+
+def test_ignore_eos_set_in_sampling_is_enough() -> None:
+    """A workload run ignores EOS when the workload or ``sampling.ignore_eos`` says so; disaggregation
+    refused the second as if EOS could end an output."""
+    records = run(["workload.num_requests=12", "workload.ignore_eos=false", "+sampling.ignore_eos=true"])
+    assert len(records.requests) == 12 and (records.requests["finish_reason"] == "length").all()

@@ -62,6 +62,18 @@ def option_cases() -> dict[str, list[str]]:
     cases["model=tiny"] = ["model=tiny", "workload.num_requests=12", "workload.output_len.high=24"]  # no host path
     cases["preemption+swap"] = [*SMALL, "kvcache.num_blocks=40", "engine.preemption_mode=swap"]
     cases["prefix-caching"] = [*PREFIX, "kvcache.enable_prefix_caching=true"]
+    # one-token prompts, one-token blocks, a pool that preempts: a request recomputing after a preemption
+    # hits blocks that an earlier chunk of the same step computes and decodes at once, reading them (the
+    # host path read them before that chunk wrote them: other tokens than forward's)
+    cases["prefix-hit-on-a-chunk-of-the-step"] = [
+        "workload=fixed",
+        "workload.num_requests=20",
+        "workload.input_len.value=1",
+        "workload.output_len.value=32",
+        "kvcache.block_size=1",
+        "kvcache.num_blocks=50",
+        "kvcache.enable_prefix_caching=true",
+    ]
     return cases
 
 

@@ -165,3 +165,14 @@ def test_stop_strings_in_a_workload_run_are_refused_not_ignored() -> None:
     cfg = compose_config(["model=synthetic", "clock=simulated", "+sampling.stop=[xx]"])
     with pytest.raises(ConfigError, match="sampling.stop: stop strings are matched on decoded text"):
         workload_requests(cfg, build_engine(cfg))
+
+
+def test_sampling_max_tokens_in_a_workload_run_is_refused_not_ignored() -> None:
+    """The workload's output lengths are each request's max_tokens: ``+sampling.max_tokens=5`` ran every
+    request to its drawn length (up to 64) as if it were not there."""
+    from forge.config import ConfigError
+    from forge.engine.build import build_engine, workload_requests
+
+    cfg = compose_config(["model=synthetic", "clock=simulated", "+sampling.max_tokens=5"])
+    with pytest.raises(ConfigError, match=r"sampling.max_tokens: .*workload.output_len"):
+        workload_requests(cfg, build_engine(cfg))

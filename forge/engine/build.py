@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from forge.config import DEFAULT_KV_CACHE_MEMORY_GIB, ConfigError, check_one_engine, max_model_len_for
+from forge.core.fast_paths import declares_fast_paths
 from forge.core.kv_groups import KVCacheGroups, group_layers
 from forge.core.pooling import PoolingParams
 from forge.core.request import Request
@@ -157,11 +158,7 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
         enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
         preemption_mode=cfg.engine.preemption_mode,
     )
-    if not limits.enable_chunked_prefill and limits.max_num_batched_tokens < max_model_len:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens={limits.max_num_batched_tokens} < max_model_len={max_model_len} "
-            "needs engine.enable_chunked_prefill=true"
-        )
+    check_whole_prompts(policy, limits)
     fast_paths = cfg.engine.fast_paths
     runner = build_runner(cfg, model, backend, kv, limits, kv_spec)
     drafter = build_drafter(cfg, backend, model)
@@ -174,6 +171,26 @@ def build_engine(cfg: DictConfig, model: Model | None = None) -> Engine:
             ", ".join(plain),
         )
     return engine
+
+
+def check_whole_prompts(policy: Policy, limits: SchedulerLimits) -> None:
+    """ConfigError when, without chunked prefill, a step's token budget (the engine's, or a declaring
+    policy's ``token_budget`` of it: pure, ``forge.core.fast_paths``) is below ``max_model_len``: a
+    longer prompt could never be scheduled, and the run would wait on it forever."""
+    engine_budget, max_model_len = limits.max_num_batched_tokens, limits.max_model_len
+    if limits.enable_chunked_prefill:
+        return
+    if engine_budget < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens={engine_budget} < max_model_len={max_model_len} "
+            "needs engine.enable_chunked_prefill=true"
+        )
+    budget = policy.token_budget(engine_budget) if declares_fast_paths(policy) else engine_budget
+    if budget < max_model_len:
+        raise ConfigError(
+            f"scheduler {type(policy).__name__}'s token budget of {budget} (of engine.max_num_batched_tokens="
+            f"{engine_budget}) < max_model_len={max_model_len} needs engine.enable_chunked_prefill=true"
+        )
 
 
 def build_runner(
@@ -259,6 +276,10 @@ def workload_requests(cfg: DictConfig, engine: Engine) -> list[Request]:
         raise ConfigError(
             "sampling.stop: stop strings are matched on decoded text, which a workload run does not produce; "
             "use sampling.stop_token_ids (or stop strings through the server or LLM)"
+        )
+    if "max_tokens" in kwargs:  # refused, not ignored: each request's max_tokens is its drawn output length
+        raise ConfigError(
+            "sampling.max_tokens: a workload's output lengths are its requests' max_tokens; set workload.output_len"
         )
     max_prompt_len = engine.scheduler.limits.max_model_len - 1  # one token at least is generated
     with paused_gc():  # thousands of prompts: no GC passes over them while they are built

@@ -96,7 +96,9 @@ class KVCacheManager(ABC):
     KV cache groups (``forge.core.kv_groups``; the hybrid allocator): ``block_table`` is group 0's
     table and ``group_tables(request_id)`` the other groups' (empty with one group).
     ``token_capacity(max_chunk)``: the most tokens one request can hold in the whole pool, computed
-    in chunks of at most ``max_chunk`` (``num_blocks * block_size`` unless windows free blocks).
+    in chunks of at most ``max_chunk`` (``num_blocks * block_size`` unless windows free blocks);
+    ``reserved_tokens(request, num_tokens)``: the slots it takes to hold ``num_tokens`` (more for a cache
+    that reserves ahead), what the scheduler's refusal compares with that capacity.
     """
 
     num_blocks: int
@@ -142,6 +144,12 @@ class KVCacheManager(ABC):
 
     def token_capacity(self, max_chunk: int) -> int:
         return self.num_blocks * self.block_size
+
+    def reserved_tokens(self, request: Request, num_tokens: int) -> int:
+        """The token slots ``request`` takes once it holds ``num_tokens`` tokens (the scheduler refuses a
+        request whose reservation exceeds ``token_capacity``): ``num_tokens``, for a cache that reserves
+        no more than it writes."""
+        return num_tokens
 
     def num_held(self) -> int:
         """Requests currently holding blocks (the engine checks it drops to 0)."""

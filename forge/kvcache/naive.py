@@ -53,6 +53,9 @@ class NaiveKVCache(KVCacheManager):
             want = self._final_tokens(request)
         return max(want, num_tokens)
 
+    def reserved_tokens(self, request: Request, num_tokens: int) -> int:
+        return self._reserve_tokens(request, num_tokens)
+
     def match_prefix(self, request: Request) -> int:
         return 0
 

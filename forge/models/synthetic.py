@@ -163,25 +163,26 @@ class SyntheticModel(Model):
             return OneHotLogits([FILL] * rows, self.peak, self.vocab_size, self.device)
         bs = block_size
         d = sched.decodes
+        k, _, k_array, v_array, addresses = self._host_views(kv_caches[0])
+        # What ``forward`` does, writing all before reading: the chunks' KV first (forge's C write where
+        # it loads, else block by block as arrays), since a decode row may read it (a request admitted
+        # with a prefix hit on blocks a chunk of this step computes decodes at once); then each decode
+        # row writes and reads, in order (a row reads another's block only after that row allocated it,
+        # and rows are in allocation order); then the chunks sample.
+        for s in sched.chunks:
+            if not (self.native and chain.write_tokens(addresses, bs, s.start, s.token_ids, s.block_table)):
+                _write_chunk(k_array, v_array, s.block_table, bs, s.start, s.token_ids)
         tokens: list[int] = []
         if d.starts:
             ones = [1] * len(d.starts)
             tokens += itertools.chain.from_iterable(
                 self._decode_rows(kv_caches[0], bs, d.starts, d.token_ids, ones, d.block_tables)
             )
-        k, _, k_array, v_array, addresses = self._host_views(kv_caches[0])
-        # Each chunk's KV is written before it is read. A chunk never reads what a later chunk of the
-        # same step writes: a block is readable by others (prefix hit) only after its writer allocated
-        # it, and allocation order is the order of the rows; so this equals write-all-then-read.
         for s in sched.chunks:
             table = s.block_table
-            if s.num_tokens == 1 and s.sample:  # a one-token chunk (a prompt's last token): as a decode
+            if s.sample and s.num_tokens == 1:  # a one-token chunk (a prompt's last token): as a decode (rewritten)
                 tokens += self._decode_rows(kv_caches[0], bs, [s.start], s.token_ids, [1], [table])[0]
-                continue
-            # a chunk (a prompt): forge's C write where it loads, else block by block as arrays
-            if not (self.native and chain.write_tokens(addresses, bs, s.start, s.token_ids, table)):
-                _write_chunk(k_array, v_array, table, bs, s.start, s.token_ids)
-            if s.sample:
+            elif s.sample:
                 end = s.start + s.num_tokens
                 for pos in range(end - 1 - s.num_draft_tokens, end):
                     tokens.append(self.next_token(self._context(k, table, bs, pos), pos))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from forge.core.request import Request, RequestStatus
 from forge.kvcache.base import KVCacheManager
+from forge.policies.base import Policy
 from forge.sched.running_decodes import RunningDecodes
 from forge.sched.waiting_queue import WaitingQueue
 
@@ -21,6 +22,7 @@ class SchedulerRequests:
     (``Scheduler.__init__``)."""
 
     kv: KVCacheManager
+    policy: Policy
     limits: SchedulerLimits
     waiting: WaitingQueue
     running: list[Request]
@@ -58,14 +60,32 @@ class SchedulerRequests:
         if pooling and (request.output_token_ids or request.sampling_params.n > 1):
             return f"request {request.request_id}: an embedding request has one prompt, no output and n = 1"
         generated = 0 if pooling else request.sampling_params.max_tokens
-        need = min(request.num_prompt_tokens + generated, self.limits.max_model_len)
+        need = self.kv.reserved_tokens(request, min(request.num_prompt_tokens + generated, self.limits.max_model_len))
         capacity = self.kv.token_capacity(self.limits.max_num_batched_tokens)
         if need > capacity:
             return (
                 f"request {request.request_id} may need {need} tokens of KV but the whole cache holds "
                 f"{capacity} (kvcache.num_blocks={self.kv.num_blocks} x block_size={self.kv.block_size})"
             )
-        return None
+        return self._watermark_refusal(request)
+
+    def _watermark_refusal(self, request: Request) -> str | None:
+        """Why ``request``'s admission could never leave the policy's ``admission_watermark`` of the blocks
+        free, even in an empty cache (its first chunk: the whole prompt without chunked prefill), or None."""
+        watermark = self.policy.admission_watermark * self.kv.num_blocks
+        if not watermark:
+            return None
+        first = request.num_prompt_tokens
+        if self.limits.enable_chunked_prefill:
+            first = min(first, self.limits.max_num_batched_tokens)
+        blocks = -(-self.kv.reserved_tokens(request, first) // self.kv.block_size)
+        if self.kv.num_blocks - blocks >= watermark:
+            return None
+        return (
+            f"request {request.request_id}: its first {first} tokens take {blocks} of the KV cache's "
+            f"{self.kv.num_blocks} blocks, leaving less than the scheduler's admission watermark "
+            f"({self.policy.admission_watermark:g} of them) free: raise kvcache.num_blocks"
+        )
 
     def abort(self, request_id: str, step_failed: bool = False) -> Request | None:
         """Stop a request and free its blocks; None if it is unknown. ``step_failed``: the step that
