@@ -81,13 +81,9 @@ def build_pool(cfg: DictConfig, spec: PoolSpec, router: Router) -> ReplicaPool:
 def check_requests(pool: ReplicaPool, requests: Sequence[Request]) -> None:
     """ConfigError naming the replica and the request when some replica of ``pool`` could never run a
     request of the workload (a KV pool that cannot hold it, a prompt longer than its max_model_len)."""
-    if not requests:
-        return
-    longest = max(requests, key=lambda r: r.num_prompt_tokens)
-    largest = max(requests, key=lambda r: r.num_prompt_tokens + r.sampling_params.max_tokens)
     for replica in pool.replicas:
         scheduler = replica.engine.scheduler
-        if scheduler.refusal(longest) is None and scheduler.refusal(largest) is None:
+        if not scheduler.refuses_any(requests):
             continue
         for request in requests:  # the first refused, as a single engine reports it
             if (refusal := scheduler.refusal(request)) is not None:

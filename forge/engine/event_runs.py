@@ -85,7 +85,7 @@ def run_by_events(engines: Sequence[Engine], offsets: Sequence[float], requests:
     replicas = [event_replica(e, log) for e, log in zip(engines, logs, strict=True)]
     if any(r is None for r in replicas) or not all(plain_to_length(r) for own in requests for r in own):
         return False
-    if any(_refuses(e, own) for e, own in zip(engines, requests, strict=True)):
+    if any(e.scheduler.refuses_any(own) for e, own in zip(engines, requests, strict=True)):
         return False  # (the engine refuses it at add_request)
     ids = [r.request_id for own in requests for r in own]
     if len(set(ids)) != len(ids):
@@ -103,17 +103,6 @@ def run_by_events(engines: Sequence[Engine], offsets: Sequence[float], requests:
         assert replica is not None
         _record(engine, replica, log, own, fcfs, offset)
     return True
-
-
-def _refuses(engine: Engine, requests: list[Request]) -> bool:
-    """Whether the engine's scheduler refuses some request (its ``refusal`` grows with the prompt and with the
-    prompt plus ``max_tokens``: the longest and the largest decide, as ``forge.cluster.build.check_requests``)."""
-    if not requests:
-        return False
-    longest = max(requests, key=lambda r: r.num_prompt_tokens)
-    largest = max(requests, key=lambda r: r.num_prompt_tokens + r.sampling_params.max_tokens)
-    refusal = engine.scheduler.refusal
-    return refusal(longest) is not None or refusal(largest) is not None
 
 
 def _record(

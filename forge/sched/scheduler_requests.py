@@ -43,6 +43,15 @@ class SchedulerRequests:
             for child in forks:
                 child.status = RequestStatus.WAITING
 
+    def refuses_any(self, requests: Sequence[Request]) -> bool:
+        """Whether ``refusal`` refuses some of ``requests``: it grows with the prompt and with the prompt plus
+        ``max_tokens``, so the longest and the largest decide."""
+        if not requests:
+            return False
+        longest = max(requests, key=lambda r: r.num_prompt_tokens)
+        largest = max(requests, key=lambda r: r.num_prompt_tokens + r.sampling_params.max_tokens)
+        return self.refusal(longest) is not None or self.refusal(largest) is not None
+
     def refusal(self, request: Request) -> str | None:
         """Why ``add_request`` would refuse ``request`` (it can never run under these limits), or None.
         An embedding request (``pooling_params``) generates nothing: its prompt may fill ``max_model_len``."""

@@ -18,11 +18,21 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from forge.core.request import Request
 from forge.sim.step_sums import StepSums, SummedCostModel
 
-Chunk = tuple[int, int, int]  # (request index, first position, tokens)
+
+class Chunk(NamedTuple):
+    """A prompt chunk of a step (a ``StepSums`` ``Span``): its request's index in the run, its first position, its
+    tokens, whether it ends the prompt (and samples the first token)."""
+
+    request: int
+    start: int
+    num_tokens: int
+    sample: bool
+    num_draft_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,18 +109,18 @@ class EventReplica:
         partial = self.prefilling[1] if self.prefilling is not None else 0  # computed, but not a decode's
         self._open_blocks()
         chunks = self._continue(requests)
-        budget = self.limits.budget - decodes - sum(c[2] for c in chunks)
+        budget = self.limits.budget - decodes - sum(c.num_tokens for c in chunks)
         chunks += self._admit(requests, waiting, start, budget, decodes + len(chunks))
-        tokens = decodes + sum(c[2] for c in chunks)
+        tokens = decodes + sum(c.num_tokens for c in chunks)
         if not tokens:
             raise LeftTheModel("a step with nothing to schedule")
-        self.now = start + self._time(decodes, self.context - partial + decodes, chunks, requests, tokens)
+        self.now = start + self._time(decodes, self.context - partial + decodes, chunks, tokens)
         self.ends.append(self.now)
         self.context += decodes
-        for index, first, n in chunks:
-            self.context += n
-            if first + n == requests[index].num_prompt_tokens:
-                self._join(index, requests[index])
+        for chunk in chunks:
+            self.context += chunk.num_tokens
+            if chunk.sample:  # the prompt's last chunk
+                self._join(chunk.request, requests[chunk.request])
         self._end_rows()
         self._record(start, decodes, len(chunks), tokens, len(waiting))
 
@@ -175,17 +185,15 @@ class EventReplica:
             raise LeftTheModel("a prompt's next chunk finds no free block (the engine preempts)")
         self.used += need
         self.prefilling = (index, computed + n, blocks + need) if computed + n < prompt else None
-        return index, computed, n
+        return Chunk(index, computed, n, computed + n == prompt)
 
-    def _time(self, decodes: int, context: int, chunks: list[Chunk], requests: list[Request], tokens: int) -> float:
+    def _time(self, decodes: int, context: int, chunks: list[Chunk], tokens: int) -> float:
         """The step's time from the sums ``StepSums.of_sched`` takes: ``decodes`` rows whose contexts after
         the step sum to ``context``, then the chunks in row order."""
         if not chunks:
             t = self.cost.decode_step_time(decodes, context)
-            return t if t is not None else self.cost.time_of(StepSums(decodes, decodes, context, 0, 0, 0.0, decodes))
-        sampled = decodes + sum([first + n == requests[index].num_prompt_tokens for index, first, n in chunks])
-        spans = [(first, n) for _, first, n in chunks]
-        return self.cost.time_of(StepSums.of_rows(tokens, decodes, context, spans, sampled))
+            return t if t is not None else self.cost.time_of(StepSums.of_rows(decodes, decodes, context, []))
+        return self.cost.time_of(StepSums.of_rows(tokens, decodes, context, chunks))
 
     def _join(self, index: int, request: Request) -> None:
         """A request whose prompt this step completed: its first token now, a decode from the next step."""

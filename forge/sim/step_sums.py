@@ -4,7 +4,9 @@ prefill rows, from a ``SchedulerOutput`` (column-wise decodes summed at C speed)
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from forge.core.outputs import SchedulerOutput
 from forge.sim.cost_model import BatchShape, CostModel, FastCostModel
@@ -44,21 +46,19 @@ class StepSums:
 
     @classmethod
     def of_sched(cls, sched: SchedulerOutput) -> StepSums:
-        starts, chunks = sched.decodes.starts, sched.chunks
-        sampled = len(starts) + sum([c.sample + c.num_draft_tokens for c in chunks]) if chunks else len(starts)
-        spans = [(c.start, c.num_tokens) for c in chunks]
-        return cls.of_rows(sched.num_batched_tokens, len(starts), sum(starts) + len(starts), spans, sampled)
+        starts = sched.decodes.starts
+        return cls.of_rows(sched.num_batched_tokens, len(starts), sum(starts) + len(starts), sched.chunks)
 
     @classmethod
-    def of_rows(
-        cls, tokens: int, num_decodes: int, decode_context: int, chunks: list[tuple[int, int]], sampled: int
-    ) -> StepSums:
+    def of_rows(cls, tokens: int, num_decodes: int, decode_context: int, chunks: Sequence[Span]) -> StepSums:
         """The sums of ``num_decodes`` decodes whose contexts after the step sum to ``decode_context``, then
-        ``chunks`` in row order, each ``(start, tokens)`` (a one-token chunk counts as a decode)."""
-        dec, dec_ctx, pre, qsq, cached = num_decodes, decode_context, 0, 0, 0
+        ``chunks`` in row order (a one-token chunk counts as a decode)."""
+        dec, dec_ctx, pre, qsq, cached, sampled = num_decodes, decode_context, 0, 0, 0, num_decodes
         pairs = 0.0
-        for start, q in chunks:
+        for c in chunks:
+            start, q = c.start, c.num_tokens
             end = start + q
+            sampled += c.sample + c.num_draft_tokens
             if q == 1:
                 dec += 1
                 dec_ctx += end
@@ -68,6 +68,23 @@ class StepSums:
                 pairs += q * (end - (q - 1) / 2)
                 cached += q * start
         return cls(tokens, dec, dec_ctx, pre, qsq, pairs, sampled, cached)
+
+
+class Span(Protocol):
+    """A chunk as ``StepSums.of_rows`` reads it (``ScheduledRequest`` is one): its first position, its tokens,
+    whether it samples, and its draft tokens (each verified: one more sampled row)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def sample(self) -> bool: ...
+
+    @property
+    def num_draft_tokens(self) -> int: ...
 
 
 class SummedCostModel(CostModel, FastCostModel):
