@@ -19,6 +19,7 @@ from forge.config import compose_config
 from forge.core.request import Request
 from forge.engine.build import workload_requests
 from forge.engine.event_runs import run_by_events
+from forge.kvcache.paged import PagedKVCache
 from forge.policies.fcfs import FCFS
 
 BASE = ["model=synthetic", "model.timing_only=true", "clock=simulated", "progress=false", "report=false"]
@@ -45,6 +46,29 @@ PREEMPTS = ["workload.num_requests=300", "workload.arrivals.rate=400", "kvcache.
 
 class MyFCFS(FCFS):
     """A user's policy: FCFS's behaviour, but its class declares nothing (so the engine runs it)."""
+
+
+class ShrinkingBudget(FCFS):
+    """A user's policy with state: every third step's budget is smaller (it counts its calls)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def token_budget(self, engine_budget: int) -> int:
+        self.calls += 1
+        return engine_budget - 384 * (self.calls % 3 == 0)
+
+
+class CountingPaged(PagedKVCache):
+    """A user's KV cache overriding a hook (it counts ``allocate_slots`` calls, allocating as its base)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allocations = 0
+
+    def allocate_slots(self, request: Request, num_tokens: int, num_cacheable: int) -> bool:
+        self.allocations += 1
+        return super().allocate_slots(request, num_tokens, num_cacheable)
 
 
 def pool_and_requests(overrides: list[str]) -> tuple[ReplicaPool, list[Request]]:
@@ -136,6 +160,32 @@ def test_a_request_the_engine_refuses_is_refused_the_same() -> None:
     assert not by_events(pool, requests)
     with pytest.raises(ValueError, match="may need"):
         pool.run(requests, keep=False)
+
+
+@pytest.mark.parametrize(
+    ("override", "count"),
+    [(f"scheduler._target_={__name__}.ShrinkingBudget", "calls"), (f"kvcache._target_={__name__}.CountingPaged", "")],
+)
+def test_a_users_component_with_state_runs_as_the_plain_loop_runs_it(override: str, count: str) -> None:
+    """``run.py``'s path (``keep=False``) with a stateful policy or an overridden KV hook of the user's: no
+    event run; the same records as with fast paths off, and the user's hook called as often."""
+    overrides = [*CASES["four-replicas"], override]
+    pool, requests = pool_and_requests(overrides)
+    assert not by_events(pool, requests)
+    runs = []
+    for flag in ("true", "false"):
+        pool, requests = pool_and_requests([*overrides, f"engine.fast_paths={flag}"])
+        pool.run(requests, keep=False)
+        assert all(r.output_token_ids for r in requests)  # the engine ran them
+        scheduler = pool.replicas[0].engine.scheduler
+        calls = scheduler.policy.calls if count else scheduler.kv.allocations  # type: ignore[attr-defined]
+        runs.append((merged_frames(pool.replicas), calls))
+    (fast, fast_calls), (plain, plain_calls) = runs
+    assert_equal(fast[0], plain[0])
+    assert_equal(fast[1], plain[1])
+    if count:  # a stateful budget is read at every step, fast paths or not
+        assert fast_calls == plain_calls == len(plain[1][plain[1]["replica"] == 0])
+    assert fast_calls > 0
 
 
 @pytest.mark.parametrize(
